@@ -1,0 +1,296 @@
+//! Flow classification of inner IP packets, and ECN marking.
+//!
+//! A flow is the IPv4 or IPv6 5-tuple for TCP, UDP, UDP-Lite and SCTP; other protocols
+//! (ICMP, GRE, ...) and non-first fragments are keyed by protocol and addresses only.
+//! Nothing here panics on any input: a packet that is not a well-formed IP header is an
+//! error the engine counts and drops.
+
+use thiserror::Error;
+
+/// DSCP Expedited Forwarding (RFC 3246).
+pub const DSCP_EF: u8 = 46;
+/// DSCP class selector 6 (network control).
+pub const DSCP_CS6: u8 = 48;
+/// DSCP class selector 7.
+pub const DSCP_CS7: u8 = 56;
+
+/// Why a packet from the TUN side could not be classified.
+#[derive(Clone, Copy, Debug, Eq, Error, PartialEq)]
+pub enum ClassifyError {
+    /// Shorter than its IP header says, or than an IP header.
+    #[error("truncated ip packet")]
+    Truncated,
+    /// Neither IPv4 nor IPv6.
+    #[error("not an ip packet (version {0})")]
+    NotIp(u8),
+}
+
+/// The key of a flow: protocol, addresses (IPv4 mapped into IPv6 space) and ports.
+#[derive(Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct FlowKey {
+    /// IP protocol / IPv6 next header of the transport.
+    pub protocol: u8,
+    /// Source address.
+    pub src: [u8; 16],
+    /// Destination address.
+    pub dst: [u8; 16],
+    /// Source port, 0 when the protocol has none.
+    pub src_port: u16,
+    /// Destination port, 0 when the protocol has none.
+    pub dst_port: u16,
+}
+
+/// What the engine needs to know about an inner packet.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct PacketInfo {
+    /// The flow it belongs to.
+    pub key: FlowKey,
+    /// DiffServ code point.
+    pub dscp: u8,
+    /// ECN field (0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
+    pub ecn: u8,
+}
+
+impl PacketInfo {
+    /// Whether the DSCP asks for low latency (EF, CS6, CS7): such flows are served first.
+    pub fn is_latency_sensitive(&self) -> bool {
+        matches!(self.dscp, DSCP_EF | DSCP_CS6 | DSCP_CS7)
+    }
+}
+
+fn has_ports(protocol: u8) -> bool {
+    // TCP, UDP, SCTP, UDP-Lite: ports are the first four bytes of the transport header.
+    matches!(protocol, 6 | 17 | 132 | 136)
+}
+
+fn ports(transport: &[u8]) -> (u16, u16) {
+    match transport {
+        [a, b, c, d, ..] => (u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d])),
+        _ => (0, 0),
+    }
+}
+
+/// Classifies an IP packet.
+pub fn classify(packet: &[u8]) -> Result<PacketInfo, ClassifyError> {
+    let first = *packet.first().ok_or(ClassifyError::Truncated)?;
+    match first >> 4 {
+        4 => classify_v4(packet),
+        6 => classify_v6(packet),
+        v => Err(ClassifyError::NotIp(v)),
+    }
+}
+
+fn classify_v4(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
+    if p.len() < 20 {
+        return Err(ClassifyError::Truncated);
+    }
+    let ihl = usize::from(p[0] & 0x0f) * 4;
+    if ihl < 20 || p.len() < ihl {
+        return Err(ClassifyError::Truncated);
+    }
+    let protocol = p[9];
+    let mut key = FlowKey {
+        protocol,
+        src: [0; 16],
+        dst: [0; 16],
+        src_port: 0,
+        dst_port: 0,
+    };
+    key.src[10] = 0xff;
+    key.src[11] = 0xff;
+    key.src[12..].copy_from_slice(&p[12..16]);
+    key.dst[10] = 0xff;
+    key.dst[11] = 0xff;
+    key.dst[12..].copy_from_slice(&p[16..20]);
+    let fragment_offset = u16::from_be_bytes([p[6], p[7]]) & 0x1fff;
+    if has_ports(protocol) && fragment_offset == 0 {
+        (key.src_port, key.dst_port) = ports(&p[ihl..]);
+    }
+    Ok(PacketInfo {
+        key,
+        dscp: p[1] >> 2,
+        ecn: p[1] & 0x03,
+    })
+}
+
+fn classify_v6(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
+    if p.len() < 40 {
+        return Err(ClassifyError::Truncated);
+    }
+    let traffic_class = (p[0] << 4) | (p[1] >> 4);
+    let mut key = FlowKey {
+        protocol: p[6],
+        src: [0; 16],
+        dst: [0; 16],
+        src_port: 0,
+        dst_port: 0,
+    };
+    key.src.copy_from_slice(&p[8..24]);
+    key.dst.copy_from_slice(&p[24..40]);
+    // Walk the common extension headers (hop-by-hop, routing, destination options,
+    // fragment) to find the transport; give up after a few.
+    let mut next = p[6];
+    let mut offset = 40usize;
+    let mut first_fragment = true;
+    for _ in 0..8 {
+        match next {
+            0 | 43 | 60 => {
+                let Some(hdr) = p.get(offset..offset + 2) else {
+                    break;
+                };
+                next = hdr[0];
+                offset += (usize::from(hdr[1]) + 1) * 8;
+            }
+            44 => {
+                let Some(hdr) = p.get(offset..offset + 8) else {
+                    break;
+                };
+                next = hdr[0];
+                first_fragment = u16::from_be_bytes([hdr[2], hdr[3]]) >> 3 == 0;
+                offset += 8;
+            }
+            _ => break,
+        }
+    }
+    key.protocol = next;
+    if has_ports(next) && first_fragment {
+        (key.src_port, key.dst_port) = ports(p.get(offset..).unwrap_or(&[]));
+    }
+    Ok(PacketInfo {
+        key,
+        dscp: traffic_class >> 2,
+        ecn: traffic_class & 0x03,
+    })
+}
+
+/// Marks an ECN-capable packet Congestion Experienced, fixing the IPv4 header checksum.
+/// Returns false (and leaves the packet alone) when it is not ECN-capable.
+pub fn mark_ce(packet: &mut [u8]) -> bool {
+    let Some(first) = packet.first() else {
+        return false;
+    };
+    match first >> 4 {
+        4 if packet.len() >= 20 => {
+            let ecn = packet[1] & 0x03;
+            if ecn == 0 {
+                return false;
+            }
+            if ecn == 3 {
+                return true;
+            }
+            let old = u16::from_be_bytes([packet[0], packet[1]]);
+            packet[1] |= 0x03;
+            let new = u16::from_be_bytes([packet[0], packet[1]]);
+            // RFC 1624 incremental update: HC' = ~(~HC + ~m + m').
+            let hc = u16::from_be_bytes([packet[10], packet[11]]);
+            let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(new);
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            let hc = !(sum as u16);
+            packet[10..12].copy_from_slice(&hc.to_be_bytes());
+            true
+        }
+        6 if packet.len() >= 40 => {
+            let ecn = (packet[1] >> 4) & 0x03;
+            if ecn == 0 {
+                return false;
+            }
+            packet[1] |= 0x30;
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ipv4_udp(tos: u8, sport: u16, dport: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 28];
+        p[0] = 0x45;
+        p[1] = tos;
+        p[2..4].copy_from_slice(&28u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[198, 18, 0, 2]);
+        p[16..20].copy_from_slice(&[198, 19, 0, 1]);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        let c = checksum(&p[..20]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p
+    }
+
+    fn checksum(h: &[u8]) -> u16 {
+        let mut sum = 0u32;
+        for c in h.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    #[test]
+    fn ipv4_udp_keys_by_five_tuple() {
+        let a = classify(&ipv4_udp(0, 1000, 2000)).unwrap();
+        let b = classify(&ipv4_udp(0, 1001, 2000)).unwrap();
+        assert_eq!(a.key.protocol, 17);
+        assert_eq!((a.key.src_port, a.key.dst_port), (1000, 2000));
+        assert_ne!(a.key, b.key);
+    }
+
+    #[test]
+    fn ef_dscp_is_latency_sensitive() {
+        let p = classify(&ipv4_udp(46 << 2, 1, 2)).unwrap();
+        assert_eq!(p.dscp, 46);
+        assert!(p.is_latency_sensitive());
+        assert!(!classify(&ipv4_udp(0, 1, 2)).unwrap().is_latency_sensitive());
+    }
+
+    #[test]
+    fn ipv6_tcp_skips_extension_headers() {
+        let mut p = vec![0u8; 40 + 8 + 20];
+        p[0] = 0x60 | (46 >> 2);
+        p[1] = (46 & 0x03) << 6;
+        p[6] = 0; // hop-by-hop
+        p[40] = 6; // next: TCP
+        p[41] = 0; // 8 bytes
+        p[48..50].copy_from_slice(&443u16.to_be_bytes());
+        p[50..52].copy_from_slice(&5555u16.to_be_bytes());
+        let info = classify(&p).unwrap();
+        assert_eq!(info.key.protocol, 6);
+        assert_eq!((info.key.src_port, info.key.dst_port), (443, 5555));
+        assert_eq!(info.dscp, 46);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert_eq!(classify(&[]), Err(ClassifyError::Truncated));
+        assert_eq!(classify(&[0x45, 0, 0]), Err(ClassifyError::Truncated));
+        assert_eq!(classify(&[0x10; 40]), Err(ClassifyError::NotIp(1)));
+        assert_eq!(classify(&[0x4f; 30]), Err(ClassifyError::Truncated));
+    }
+
+    #[test]
+    fn mark_ce_keeps_ipv4_checksum_valid() {
+        let mut p = ipv4_udp(0x02, 1, 2); // ECT(0)
+        assert!(mark_ce(&mut p));
+        assert_eq!(p[1] & 3, 3);
+        assert_eq!(checksum(&p[..20]), 0);
+        let mut not_ect = ipv4_udp(0, 1, 2);
+        assert!(!mark_ce(&mut not_ect));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn classify_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..80)) {
+            let _ = classify(&bytes);
+            let mut b = bytes.clone();
+            let _ = mark_ce(&mut b);
+        }
+    }
+}

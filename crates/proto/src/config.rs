@@ -1,0 +1,243 @@
+//! Engine configuration with documented defaults.
+//!
+//! The defaults are tuned for 2-4 links of 1-200 Mbit/s with 10-300 ms RTT (a phone, a
+//! laptop or a home gateway with WiFi, DSL and cellular). Every field can be changed with a
+//! chainable setter; [`Config::validate`] names the field, the value and what is expected.
+
+use core::time::Duration;
+
+use thiserror::Error;
+
+/// Which end of the tunnel this engine is. Both run the same protocol; the server also
+/// learns links it has not been told about from the client's datagrams.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Role {
+    /// The multi-homed device: owns the links and assigns their ids.
+    Client,
+    /// The aggregation point.
+    Server,
+}
+
+/// A configuration value that is out of range.
+#[derive(Clone, Debug, Error, PartialEq)]
+#[error("{key} = {value}: expected {expected}")]
+pub struct ConfigError {
+    /// The configuration key.
+    pub key: &'static str,
+    /// The value given, as text.
+    pub value: String,
+    /// What the key accepts.
+    pub expected: &'static str,
+}
+
+/// Engine configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This end's role.
+    pub role: Role,
+    /// Session id carried in every datagram's header; datagrams with another id are dropped.
+    pub session: u32,
+    /// Packets per link allowed below the binding point (handed to the driver, not yet
+    /// departed). Default 2, as in the late-binding paper.
+    pub budget_packets: usize,
+    /// DRR quantum in bytes. Default 1514.
+    pub quantum_bytes: usize,
+    /// CoDel target sojourn time of a per-flow queue. Default 5 ms.
+    pub codel_target: Duration,
+    /// Lower bound of the CoDel interval. Default 100 ms. The interval in force is the larger
+    /// of this and `codel_rtt_factor` times the largest smoothed RTT of the links that are
+    /// up: RFC 8289 4.3 asks for an interval on the order of the worst-case RTT, and a drop
+    /// spacing shorter than one round trip makes TCPs without SACK fall back to their RTO.
+    pub codel_interval: Duration,
+    /// Multiple of the largest link SRTT used as the CoDel interval (see `codel_interval`).
+    /// Default 2.0 (the tunnel's RTT is only part of the inner flows' RTT).
+    pub codel_rtt_factor: f64,
+    /// Whether CoDel marks ECN-capable packets (CE) instead of dropping them. Default on.
+    pub ecn: bool,
+    /// Total packets held above the binding point, all flows together. Default 10240.
+    pub limit_packets: usize,
+    /// Total bytes held above the binding point. Default 32 MiB.
+    pub limit_bytes: usize,
+    /// Flows tracked at once; beyond this, new flows share one overflow queue. Default 16384.
+    pub max_flows: usize,
+    /// A flow with an empty queue is forgotten after this long. Default 30 s.
+    pub flow_idle_timeout: Duration,
+    /// Send an acknowledgement after this many ack-eliciting packets on a link. Default 2.
+    pub ack_every: u32,
+    /// Longest an acknowledgement may be delayed. Default 5 ms.
+    pub max_ack_delay: Duration,
+    /// Interval of loss reports (the bonding slides' T_report). Default 50 ms.
+    pub loss_report_interval: Duration,
+    /// A link on which nothing ack-eliciting was sent for this long gets a PING, so both
+    /// ends keep RTT estimates and liveness. Default 1 s.
+    pub keepalive_interval: Duration,
+    /// RTT assumed for a link before its first sample. Default 100 ms.
+    pub initial_rtt: Duration,
+    /// Fixed reorder hold time; `None` derives it from the links' RTT spread (default).
+    pub reorder_hold: Option<Duration>,
+    /// Upper bound of the derived hold time. Default 500 ms.
+    pub reorder_hold_max: Duration,
+    /// Lower bound of the derived hold time. Default 1 ms.
+    pub reorder_hold_min: Duration,
+    /// Packets a single flow's reorder buffer may hold before it releases its head. Default 4096.
+    pub reorder_limit_packets: usize,
+    /// Lower bound of the timeout after which a link with unacknowledged packets is
+    /// suspected dead. Default 50 ms.
+    pub suspect_min: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            role: Role::Client,
+            session: 1,
+            budget_packets: 2,
+            quantum_bytes: 1514,
+            codel_target: Duration::from_millis(5),
+            codel_interval: Duration::from_millis(100),
+            codel_rtt_factor: 2.0,
+            ecn: true,
+            limit_packets: 10_240,
+            limit_bytes: 32 << 20,
+            max_flows: 16_384,
+            flow_idle_timeout: Duration::from_secs(30),
+            ack_every: 2,
+            max_ack_delay: Duration::from_millis(5),
+            loss_report_interval: Duration::from_millis(50),
+            keepalive_interval: Duration::from_secs(1),
+            initial_rtt: Duration::from_millis(100),
+            reorder_hold: None,
+            reorder_hold_max: Duration::from_millis(500),
+            reorder_hold_min: Duration::from_millis(1),
+            reorder_limit_packets: 4096,
+            suspect_min: Duration::from_millis(50),
+        }
+    }
+}
+
+impl Config {
+    /// Default configuration for `role`.
+    pub fn new(role: Role) -> Self {
+        Self {
+            role,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the session id.
+    pub fn session(&mut self, session: u32) -> &mut Self {
+        self.session = session;
+        self
+    }
+
+    /// Sets the budget below the binding point, in packets per link.
+    pub fn budget_packets(&mut self, packets: usize) -> &mut Self {
+        self.budget_packets = packets;
+        self
+    }
+
+    /// Sets a fixed reorder hold time (`None`: derive it from the links).
+    pub fn reorder_hold(&mut self, hold: Option<Duration>) -> &mut Self {
+        self.reorder_hold = hold;
+        self
+    }
+
+    /// Checks every field; the error names the key, the value and what is expected.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn err(key: &'static str, value: impl ToString, expected: &'static str) -> ConfigError {
+            ConfigError {
+                key,
+                value: value.to_string(),
+                expected,
+            }
+        }
+        let nonzero_ms = |key: &'static str, d: Duration| {
+            if d.is_zero() {
+                Err(err(key, "0 ms", "a duration above zero"))
+            } else {
+                Ok(())
+            }
+        };
+        if !(1..=1024).contains(&self.budget_packets) {
+            return Err(err(
+                "budget_packets",
+                self.budget_packets,
+                "a whole number of packets from 1 to 1024",
+            ));
+        }
+        if !(256..=65_536).contains(&self.quantum_bytes) {
+            return Err(err(
+                "quantum_bytes",
+                self.quantum_bytes,
+                "256 to 65536 bytes",
+            ));
+        }
+        nonzero_ms("codel_target", self.codel_target)?;
+        nonzero_ms("codel_interval", self.codel_interval)?;
+        if !(self.codel_rtt_factor.is_finite() && (0.0..=100.0).contains(&self.codel_rtt_factor)) {
+            return Err(err(
+                "codel_rtt_factor",
+                self.codel_rtt_factor,
+                "a factor from 0 to 100",
+            ));
+        }
+        if self.limit_packets == 0 {
+            return Err(err("limit_packets", 0, "at least 1 packet"));
+        }
+        if self.limit_bytes < 65_536 {
+            return Err(err("limit_bytes", self.limit_bytes, "at least 65536 bytes"));
+        }
+        if self.max_flows == 0 {
+            return Err(err("max_flows", 0, "at least 1 flow"));
+        }
+        if self.ack_every == 0 {
+            return Err(err("ack_every", 0, "at least 1 packet"));
+        }
+        nonzero_ms("loss_report_interval", self.loss_report_interval)?;
+        nonzero_ms("keepalive_interval", self.keepalive_interval)?;
+        nonzero_ms("initial_rtt", self.initial_rtt)?;
+        if self.reorder_hold_min > self.reorder_hold_max {
+            return Err(err(
+                "reorder_hold_min",
+                format!("{:?}", self.reorder_hold_min),
+                "at most reorder_hold_max",
+            ));
+        }
+        if self.reorder_limit_packets == 0 {
+            return Err(err("reorder_limit_packets", 0, "at least 1 packet"));
+        }
+        Ok(())
+    }
+}
+
+/// Per-link configuration.
+#[derive(Clone, Debug, Default)]
+pub struct LinkConfig {
+    /// Pace this link at this many bytes per second (`None`: send as the budget below the
+    /// binding point allows; rate control is a later addition).
+    pub pacing_rate: Option<f64>,
+    /// Only used when no other link is up.
+    pub backup: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_validates() {
+        assert_eq!(Config::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_budget_rejected_with_key_value_expectation() {
+        let mut c = Config::default();
+        c.budget_packets(0);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "budget_packets");
+        assert_eq!(
+            e.to_string(),
+            "budget_packets = 0: expected a whole number of packets from 1 to 1024"
+        );
+    }
+}

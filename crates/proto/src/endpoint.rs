@@ -1,0 +1,834 @@
+//! The engine: one state machine per tunnel endpoint, the same for client and server.
+//!
+//! Send path (numbered stages, all sequential under `&mut self`):
+//!  1. `handle_tun_packet`: classify -> per-flow queue (above the binding point; nothing
+//!     is bound to a link yet).
+//!  2. `poll_transmit`: control first (acknowledgements, link status, probes, loss
+//!     reports), then the binding point: the flow scheduler offers its head packet, the
+//!     policy picks a link that has room in its budget below the binding point and whose
+//!     pacer allows; only then are the link's packet number, the global and flow sequence
+//!     numbers and the header applied (docs/protocol.md 4).
+//!  3. `handle_tx_done`: the driver reports a departure; the link's budget frees a slot.
+//!
+//! Receive path: `handle_datagram` -> header, session and packet-number checks -> frames
+//! validated as a whole, then applied: ACK (RTT, loss detection, delivery rate),
+//! LOSS_REPORT, LINK_STATUS, DATA (duplicate filter by global sequence, per-flow reorder
+//! with hold time) -> `poll_deliver`.
+//!
+//! Drivers call, after feeding inputs: `poll_transmit` until `None`, `poll_deliver` until
+//! `None`, `poll_event` until `None`, then arm one timer at `poll_timeout` and call
+//! `handle_timeout` when it fires. `now` must never go backwards. `handle_timeout` is
+//! safe to call spuriously.
+
+use std::collections::VecDeque;
+
+use core::time::Duration;
+
+use thiserror::Error;
+
+use crate::classify::{ClassifyError, classify};
+use crate::config::{Config, ConfigError, LinkConfig, Role};
+use crate::fq::{Decision, FlowQueues, QueueStats};
+use crate::ids::LinkId;
+use crate::link::{Link, LinkState, LinkStats, LinkView, SentData, SentPacket};
+use crate::policy::{BindPolicy, Binding, MinRtt, PacketMeta};
+use crate::reorder::{Dedup, Reorder, ReorderStats, Seen};
+use crate::time::Instant;
+use crate::wire;
+
+/// Links a server accepts from one client before it ignores new link ids.
+const MAX_LINKS: usize = 64;
+
+/// A datagram for the driver to send.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+#[must_use]
+pub struct Transmit {
+    /// The link to send it on.
+    pub link: LinkId,
+    /// Its length in the caller's buffer.
+    pub len: usize,
+    /// Whether it carries an inner packet (a DATA frame).
+    pub carries_data: bool,
+}
+
+/// A change of a local link reported by the driver (netlink, or the simulator's model).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum LinkChange {
+    /// The interface is up and has an address.
+    Up,
+    /// The interface went down or lost its address: whatever waits below the binding
+    /// point on it is gone.
+    Down,
+}
+
+/// Something that happened inside the engine, for logs and tests.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Event {
+    /// A link changed state.
+    LinkStateChanged {
+        /// The link.
+        link: LinkId,
+        /// State before.
+        from: LinkState,
+        /// State after.
+        to: LinkState,
+    },
+    /// The server learnt a link id from a client's datagram.
+    LinkLearnt {
+        /// The link.
+        link: LinkId,
+    },
+}
+
+/// Why a packet from the TUN side was refused.
+#[derive(Clone, Copy, Debug, Eq, Error, PartialEq)]
+pub enum TunError {
+    /// Not a well-formed IP packet.
+    #[error("invalid packet from tun: {0}")]
+    Invalid(#[from] ClassifyError),
+    /// Larger than a DATA frame can carry.
+    #[error("packet of {0} bytes is too large for the tunnel")]
+    TooLarge(usize),
+}
+
+/// Counters of one endpoint. Every drop is counted under a reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EndpointStats {
+    /// Packets accepted from the TUN side.
+    pub tun_packets: u64,
+    /// Bytes accepted from the TUN side.
+    pub tun_bytes: u64,
+    /// Packets from the TUN side that were not IP (dropped).
+    pub tun_invalid: u64,
+    /// Packets from the TUN side too large for a DATA frame (dropped).
+    pub tun_too_large: u64,
+    /// Queue counters above the binding point.
+    pub queues: QueueStats,
+    /// Inner packets bound to a link.
+    pub data_bound: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Datagrams dropped: unparseable header or frames.
+    pub malformed: u64,
+    /// Datagrams dropped: another session id.
+    pub wrong_session: u64,
+    /// Datagrams dropped: a link id this end does not know.
+    pub unknown_link: u64,
+    /// Datagrams dropped: packet number already received or too old.
+    pub duplicate_packets: u64,
+    /// DATA frames received.
+    pub data_received: u64,
+    /// DATA frames dropped as duplicates (global sequence seen before).
+    pub duplicate_data: u64,
+    /// DATA frames dropped: global sequence older than the duplicate window.
+    pub too_old_data: u64,
+    /// Reorder counters.
+    pub reorder: ReorderStats,
+    /// ACK frames sent.
+    pub acks_sent: u64,
+    /// LOSS_REPORT frames sent.
+    pub loss_reports_sent: u64,
+    /// LINK_STATUS frames sent.
+    pub link_status_sent: u64,
+    /// Packets the sender's loss detection declared lost, all links.
+    pub lost: u64,
+}
+
+/// A tunnel endpoint.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: Config,
+    links: Vec<Link>,
+    queues: FlowQueues,
+    policy: Box<dyn BindPolicy>,
+    next_global_seq: u64,
+    dedup: Dedup,
+    reorder: Reorder,
+    events: VecDeque<Event>,
+    stats: EndpointStats,
+    next_loss_report: Instant,
+    loss_report_due: bool,
+    next_housekeeping: Instant,
+    pool: Vec<Vec<u8>>,
+    views: Vec<LinkView>,
+    lost_scratch: Vec<SentPacket>,
+}
+
+impl Endpoint {
+    /// A new endpoint with the default binding policy.
+    pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
+        Self::with_policy(config, Box::new(MinRtt), now)
+    }
+
+    /// A new endpoint with a chosen binding policy.
+    pub fn with_policy(
+        config: Config,
+        policy: Box<dyn BindPolicy>,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            queues: FlowQueues::new(&config),
+            reorder: Reorder::new(config.reorder_limit_packets),
+            next_loss_report: now + config.loss_report_interval,
+            next_housekeeping: now + Duration::from_secs(1),
+            config,
+            links: Vec::new(),
+            policy,
+            next_global_seq: 0,
+            dedup: Dedup::new(),
+            events: VecDeque::new(),
+            stats: EndpointStats::default(),
+            loss_report_due: false,
+            pool: Vec::new(),
+            views: Vec::new(),
+            lost_scratch: Vec::new(),
+        })
+    }
+
+    // ---- getters ----
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Endpoint counters.
+    pub fn stats(&self) -> EndpointStats {
+        let mut s = self.stats;
+        s.queues = self.queues.stats;
+        s.reorder = self.reorder.stats;
+        s
+    }
+
+    /// Counters of one link.
+    pub fn link_stats(&self, link: LinkId) -> Option<LinkStats> {
+        self.link(link).map(|l| l.stats)
+    }
+
+    /// Live state of every link, in id order.
+    pub fn link_views(&self, now: Instant) -> Vec<LinkView> {
+        self.links
+            .iter()
+            .map(|l| l.view(now, self.config.budget_packets))
+            .collect()
+    }
+
+    /// Packets waiting above the binding point.
+    pub fn queued_packets(&self) -> usize {
+        self.queues.packets()
+    }
+
+    /// Bytes waiting above the binding point.
+    pub fn queued_bytes(&self) -> usize {
+        self.queues.bytes()
+    }
+
+    /// Flows tracked above the binding point.
+    pub fn flow_count(&self) -> usize {
+        self.queues.flow_count()
+    }
+
+    /// Packets held in reorder buffers.
+    pub fn reorder_held(&self) -> usize {
+        self.reorder.held()
+    }
+
+    /// The reorder hold time now in force.
+    pub fn hold_time(&self) -> Duration {
+        if let Some(h) = self.config.reorder_hold {
+            return h;
+        }
+        let measured: Vec<&Link> = self
+            .links
+            .iter()
+            .filter(|l| l.rtt.has_sample && l.state != LinkState::Down)
+            .collect();
+        if measured.is_empty() {
+            return self.config.initial_rtt.min(self.config.reorder_hold_max);
+        }
+        // A packet may arrive later than the packets bound after it by the difference of
+        // the links' one-way delays plus their variation (RTT/2 as one-way delay).
+        let slowest = measured
+            .iter()
+            .map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2)
+            .max()
+            .unwrap_or_default();
+        let fastest = measured
+            .iter()
+            .map(|l| l.rtt.min / 2)
+            .min()
+            .unwrap_or_default();
+        (slowest.saturating_sub(fastest) + self.config.max_ack_delay)
+            .clamp(self.config.reorder_hold_min, self.config.reorder_hold_max)
+    }
+
+    /// The CoDel interval in force: the configured floor, or `codel_rtt_factor` times the
+    /// largest smoothed RTT of the links that are up, whichever is larger.
+    pub fn codel_interval(&self) -> Duration {
+        let max_srtt = self
+            .links
+            .iter()
+            .filter(|l| l.state == LinkState::Up && l.rtt.has_sample)
+            .map(|l| l.rtt.srtt)
+            .max()
+            .unwrap_or_default();
+        self.config
+            .codel_interval
+            .max(max_srtt.mul_f64(self.config.codel_rtt_factor))
+    }
+
+    fn link(&self, id: LinkId) -> Option<&Link> {
+        self.links.iter().find(|l| l.id == id)
+    }
+
+    fn link_index(&self, id: LinkId) -> Option<usize> {
+        self.links.iter().position(|l| l.id == id)
+    }
+
+    // ---- inputs ----
+
+    /// Adds a link (client: one per local interface; server: learnt or configured).
+    /// Adding an existing id resets nothing and returns false.
+    pub fn add_link(&mut self, now: Instant, id: LinkId, config: LinkConfig) -> bool {
+        if self.link(id).is_some() {
+            return false;
+        }
+        let link = Link::new(id, config, self.config.initial_rtt, now);
+        let pos = self.links.partition_point(|l| l.id < id);
+        self.links.insert(pos, link);
+        true
+    }
+
+    /// A packet from the TUN side. It is queued above the binding point.
+    pub fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]) -> Result<(), TunError> {
+        if packet.len() > usize::from(u16::MAX) {
+            self.stats.tun_too_large += 1;
+            return Err(TunError::TooLarge(packet.len()));
+        }
+        let info = match classify(packet) {
+            Ok(info) => info,
+            Err(e) => {
+                self.stats.tun_invalid += 1;
+                return Err(e.into());
+            }
+        };
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(packet);
+        self.stats.tun_packets += 1;
+        self.stats.tun_bytes += packet.len() as u64;
+        self.queues.enqueue(now, &info, buf);
+        Ok(())
+    }
+
+    /// A local link changed (interface up or down).
+    pub fn handle_link_change(&mut self, now: Instant, link: LinkId, change: LinkChange) {
+        let Some(i) = self.link_index(link) else {
+            return;
+        };
+        let l = &mut self.links[i];
+        let local_down = change == LinkChange::Down;
+        if local_down {
+            // What the driver held for this interface is lost with it.
+            l.drop_below_binding();
+        }
+        if l.local_down != local_down {
+            l.announce = true;
+        }
+        let peer_down = l.peer_down;
+        if let Some(from) = l.set_down_flags(local_down, peer_down) {
+            let to = l.state;
+            self.on_state_change(now, i, from, to);
+        }
+    }
+
+    /// The driver reports that the oldest datagram it was given for `link` has left (the
+    /// interface took it). This frees a slot of the link's budget below the binding point.
+    pub fn handle_tx_done(&mut self, now: Instant, link: LinkId) {
+        if let Some(i) = self.link_index(link) {
+            self.links[i].on_tx_done(now);
+        }
+    }
+
+    /// A datagram from the network.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        self.stats.datagrams_received += 1;
+        let Ok((header, frames)) = wire::parse(datagram) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if header.session != self.config.session {
+            self.stats.wrong_session += 1;
+            return;
+        }
+        // Validate every frame before acting on any (a malformed datagram changes nothing).
+        let mut eliciting = false;
+        for frame in frames.clone() {
+            match frame {
+                Ok(f) => eliciting |= f.is_ack_eliciting(),
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
+        let link_id = LinkId(header.link);
+        let li = match self.link_index(link_id) {
+            Some(i) => i,
+            None if self.config.role == Role::Server && self.links.len() < MAX_LINKS => {
+                self.add_link(now, link_id, LinkConfig::default());
+                self.events.push_back(Event::LinkLearnt { link: link_id });
+                self.link_index(link_id).expect("just added")
+            }
+            None => {
+                self.stats.unknown_link += 1;
+                return;
+            }
+        };
+        let link = &mut self.links[li];
+        let pn = wire::expand(header.pn, link.rx.expected());
+        let expected = link.rx.expected();
+        if !link.rx.insert(pn, now) {
+            link.stats.duplicate_packets += 1;
+            self.stats.duplicate_packets += 1;
+            return;
+        }
+        link.stats.datagrams_received += 1;
+        if eliciting {
+            let out_of_order = pn != expected;
+            link.rx.on_eliciting(
+                now,
+                self.config.ack_every,
+                self.config.max_ack_delay,
+                out_of_order,
+            );
+        }
+        for frame in frames.flatten() {
+            self.apply_frame(now, frame);
+        }
+    }
+
+    fn apply_frame(&mut self, now: Instant, frame: wire::Frame<'_>) {
+        match frame {
+            wire::Frame::Padding | wire::Frame::Ping => {}
+            wire::Frame::Ack(ack) => {
+                let Some(i) = self.link_index(LinkId(ack.link)) else {
+                    return;
+                };
+                let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
+                let out = self.links[i].on_ack(now, ack.largest, delay, ack.ranges());
+                if out.newly_acked > 0 && self.links[i].state == LinkState::Suspect {
+                    self.links[i].state = LinkState::Up;
+                    self.links[i].probe_backoff = 0;
+                    self.on_state_change(now, i, LinkState::Suspect, LinkState::Up);
+                }
+                self.on_lost(out.lost);
+            }
+            wire::Frame::LossReport(report) => {
+                for e in report.entries() {
+                    if let Some(i) = self.link_index(LinkId(e.link)) {
+                        let s = &mut self.links[i].stats;
+                        s.peer_reported_lost = s.peer_reported_lost.max(e.lost);
+                        s.peer_reported_received = s.peer_reported_received.max(e.received);
+                    }
+                }
+            }
+            wire::Frame::LinkStatus { link, state } => {
+                let Some(i) = self.link_index(LinkId(link)) else {
+                    return;
+                };
+                let l = &mut self.links[i];
+                let local = l.local_down;
+                if let Some(from) = l.set_down_flags(local, state == wire::LinkState::Down) {
+                    let to = l.state;
+                    self.on_state_change(now, i, from, to);
+                }
+            }
+            wire::Frame::Data(data) => self.on_data(now, data),
+        }
+    }
+
+    fn on_data(&mut self, now: Instant, data: wire::DataFrame<'_>) {
+        self.stats.data_received += 1;
+        let gseq = wire::expand(data.global_seq, self.dedup.expected());
+        match self.dedup.check_and_insert(gseq) {
+            Seen::New => {}
+            Seen::Duplicate => {
+                self.stats.duplicate_data += 1;
+                return;
+            }
+            Seen::TooOld => {
+                self.stats.too_old_data += 1;
+                return;
+            }
+        }
+        let flow = crate::ids::FlowId(data.flow_id);
+        let fseq = wire::expand(data.flow_seq, self.reorder.expected(flow));
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(data.payload);
+        let hold = self.hold_time();
+        self.reorder.insert(now, hold, flow, fseq, buf);
+    }
+
+    fn on_lost(&mut self, lost: Vec<SentPacket>) {
+        self.stats.lost += lost.len() as u64;
+        for p in lost {
+            if let Some(d) = p.data {
+                self.recycle(d.payload);
+            }
+        }
+    }
+
+    fn on_state_change(&mut self, now: Instant, i: usize, from: LinkState, to: LinkState) {
+        let l = &mut self.links[i];
+        match to {
+            LinkState::Suspect => {
+                l.stats.suspected += 1;
+                l.ping_due = Some(now);
+            }
+            LinkState::Down => l.stats.went_down += 1,
+            LinkState::Up => {
+                // Measure it again at once.
+                l.ping_due = Some(now);
+                l.last_ack_time = now;
+            }
+        }
+        self.events.push_back(Event::LinkStateChanged {
+            link: l.id,
+            from,
+            to,
+        });
+    }
+
+    /// Timers: loss detection, suspicion, probes, keepalives, loss reports, reorder holds,
+    /// housekeeping. Safe to call at any time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut lost = std::mem::take(&mut self.lost_scratch);
+        for i in 0..self.links.len() {
+            let l = &mut self.links[i];
+            if l.loss_time().is_some_and(|t| t <= now) {
+                l.detect_lost(now, &mut lost);
+            }
+            let timeout = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
+            match l.state {
+                LinkState::Up => {
+                    if let Some(oldest) = l.oldest_unacked()
+                        && oldest.max(l.last_ack_time) + timeout <= now
+                    {
+                        l.state = LinkState::Suspect;
+                        l.probe_backoff = 0;
+                        self.on_state_change(now, i, LinkState::Up, LinkState::Suspect);
+                    }
+                }
+                LinkState::Suspect => {
+                    // Give up on packets that a silent link has held for several timeouts.
+                    l.expire_in_flight(now.saturating_sub(timeout * 3), &mut lost);
+                }
+                LinkState::Down => {
+                    l.expire_in_flight(now.saturating_sub(timeout * 3), &mut lost);
+                }
+            }
+            let l = &mut self.links[i];
+            if l.state != LinkState::Down
+                && l.ping_due.is_none()
+                && now - l.last_eliciting_sent >= self.probe_interval(i)
+            {
+                self.links[i].ping_due = Some(now);
+            }
+        }
+        self.stats.lost += lost.len() as u64;
+        for p in lost.drain(..) {
+            if let Some(d) = p.data {
+                self.recycle(d.payload);
+            }
+        }
+        self.lost_scratch = lost;
+        if now >= self.next_loss_report {
+            self.loss_report_due = self.links.iter().any(|l| l.rx.received > 0);
+            self.next_loss_report = now + self.config.loss_report_interval;
+        }
+        self.reorder.handle_timeout(now);
+        if now >= self.next_housekeeping {
+            self.queues.expire_idle(now);
+            self.reorder
+                .expire_idle(now, self.config.flow_idle_timeout * 2);
+            self.next_housekeeping = now + Duration::from_secs(1);
+        }
+    }
+
+    /// How long a link may go without an ack-eliciting datagram before it gets a PING:
+    /// the keepalive interval when up, the suspect timeout with exponential backoff (up
+    /// to one keepalive interval) when suspect.
+    fn probe_interval(&self, i: usize) -> Duration {
+        let l = &self.links[i];
+        match l.state {
+            LinkState::Suspect => {
+                let base = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
+                (base * (1 << l.probe_backoff.min(10))).min(self.config.keepalive_interval)
+            }
+            _ => self.config.keepalive_interval,
+        }
+    }
+
+    // ---- outputs ----
+
+    /// The next datagram to send, written into `buf` (cleared first). Call until `None`.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        buf.clear();
+        if let Some(t) = self.poll_control(now, buf) {
+            return Some(t);
+        }
+        self.poll_data(now, buf)
+    }
+
+    /// The link control datagrams go on when their own link cannot carry them: the up link
+    /// with the lowest RTT.
+    fn control_link(&self, avoid: Option<usize>) -> Option<usize> {
+        (0..self.links.len())
+            .filter(|&i| {
+                Some(i) != avoid
+                    && self.links[i].state != LinkState::Down
+                    && !self.links[i].local_down
+            })
+            .min_by_key(|&i| (self.links[i].state != LinkState::Up, self.links[i].rtt.srtt))
+    }
+
+    fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        for i in 0..self.links.len() {
+            let ack_due = self.links[i].rx.ack_deadline.is_some_and(|d| d <= now);
+            let ping_due = self.links[i].ping_due.is_some_and(|d| d <= now);
+            let announce = self.links.iter().any(|l| l.announce);
+            if !(ack_due || ping_due || announce && self.links[i].state != LinkState::Down) {
+                continue;
+            }
+            // Where this datagram goes: on link i itself if it can carry anything, else on
+            // another link (acks name the link they acknowledge).
+            let usable = !self.links[i].local_down && self.links[i].state != LinkState::Down;
+            let via = if usable {
+                Some(i)
+            } else {
+                self.control_link(Some(i))
+            };
+            let Some(via) = via else {
+                // Nowhere to send: acks are cumulative and pings will be due again.
+                self.links[i].rx.ack_deadline = None;
+                self.links[i].ping_due = None;
+                continue;
+            };
+            self.write_header(via, buf);
+            let mut eliciting = false;
+            if ack_due {
+                self.write_ack(now, i, buf);
+            }
+            if via != i && self.links[via].rx.ack_deadline.is_some() {
+                self.write_ack(now, via, buf);
+            }
+            if announce {
+                eliciting |= self.write_link_status(buf);
+            }
+            if self.loss_report_due {
+                self.write_loss_report(buf);
+            }
+            if ping_due && via == i {
+                wire::emit_ping(buf);
+                self.links[i].ping_due = None;
+                self.links[i].stats.pings_sent += 1;
+                if self.links[i].state == LinkState::Suspect {
+                    self.links[i].probe_backoff += 1;
+                }
+                eliciting = true;
+            } else if ping_due {
+                self.links[i].ping_due = None;
+            }
+            return Some(self.finish(now, via, buf, eliciting, None));
+        }
+        if self.loss_report_due
+            && let Some(via) = self.control_link(None)
+        {
+            self.write_header(via, buf);
+            self.write_loss_report(buf);
+            return Some(self.finish(now, via, buf, false, None));
+        }
+        None
+    }
+
+    fn poll_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if self.queues.is_empty() {
+            return None;
+        }
+        let budget = self.config.budget_packets;
+        let interval = self.codel_interval();
+        self.queues.set_interval(interval);
+        let mut views = std::mem::take(&mut self.views);
+        views.clear();
+        views.extend(self.links.iter().map(|l| l.view(now, budget)));
+        let policy = &mut self.policy;
+        let taken = self.queues.dequeue_with(now, |flow, head| {
+            let meta = PacketMeta {
+                flow: flow.id,
+                len: wire::DATA_OVERHEAD + head.data.len(),
+                latency_sensitive: flow.latency_sensitive,
+            };
+            match policy.bind(now, &meta, &views) {
+                Binding::Link(id) => match views.iter().position(|v| v.id == id) {
+                    Some(i) if views[i].has_room(now) => Decision::Take(i),
+                    _ => Decision::Wait,
+                },
+                Binding::Wait => Decision::Wait,
+            }
+        });
+        self.views = views;
+        let (queued, flow, flow_seq, li) = taken?;
+        // The binding point: only now does the packet get its link, numbers and header.
+        let gseq = self.next_global_seq;
+        self.next_global_seq += 1;
+        self.write_header(li, buf);
+        if self.links[li].rx.ack_deadline.is_some() {
+            self.write_ack(now, li, buf);
+        }
+        wire::emit_data(buf, gseq as u32, flow.0, flow_seq as u32, &queued.data)
+            .expect("tun packets are checked against the DATA frame limit");
+        self.stats.data_bound += 1;
+        self.links[li].stats.data_sent += 1;
+        let data = SentData {
+            payload: queued.data,
+            global_seq: gseq,
+            flow,
+            flow_seq,
+        };
+        Some(self.finish(now, li, buf, true, Some(data)))
+    }
+
+    fn write_header(&mut self, li: usize, buf: &mut Vec<u8>) {
+        let l = &self.links[li];
+        wire::Header {
+            session: self.config.session,
+            link: l.id.0,
+            pn: l.next_pn as u32,
+        }
+        .emit(buf);
+    }
+
+    fn write_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>) {
+        let l = &mut self.links[li];
+        let Some(_) = l.rx.largest() else {
+            return;
+        };
+        let delay = (now - l.rx.largest_time)
+            .as_micros()
+            .min(u128::from(u32::MAX)) as u32;
+        let ranges: Vec<_> = l.rx.ranges().cloned().collect();
+        wire::emit_ack(buf, l.id.0, delay, &ranges);
+        l.rx.on_ack_sent();
+        self.stats.acks_sent += 1;
+    }
+
+    fn write_link_status(&mut self, buf: &mut Vec<u8>) -> bool {
+        let mut any = false;
+        for l in &mut self.links {
+            if l.announce {
+                let state = if l.local_down {
+                    wire::LinkState::Down
+                } else {
+                    wire::LinkState::Up
+                };
+                wire::emit_link_status(buf, l.id.0, state);
+                l.announce = false;
+                self.stats.link_status_sent += 1;
+                any = true;
+            }
+        }
+        any
+    }
+
+    fn write_loss_report(&mut self, buf: &mut Vec<u8>) {
+        let entries: Vec<wire::LossEntry> = self
+            .links
+            .iter()
+            .filter(|l| l.rx.received > 0)
+            .map(|l| wire::LossEntry {
+                link: l.id.0,
+                received: l.rx.received,
+                lost: l.rx.lost,
+            })
+            .collect();
+        wire::emit_loss_report(buf, &entries);
+        self.loss_report_due = false;
+        self.stats.loss_reports_sent += 1;
+    }
+
+    fn finish(
+        &mut self,
+        now: Instant,
+        li: usize,
+        buf: &[u8],
+        eliciting: bool,
+        data: Option<SentData>,
+    ) -> Transmit {
+        let carries_data = data.is_some();
+        let l = &mut self.links[li];
+        l.on_sent(now, buf.len(), eliciting, data);
+        Transmit {
+            link: l.id,
+            len: buf.len(),
+            carries_data,
+        }
+    }
+
+    /// The next inner packet for the TUN side, in order within its flow.
+    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        self.reorder.pop()
+    }
+
+    /// Gives a buffer back for reuse (optional; saves an allocation per packet).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < 4096 {
+            self.pool.push(buf);
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` should next be called. `None`: nothing is scheduled (inputs
+    /// will wake the engine). May be in the past: call `poll_transmit` first.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut next = Some(self.next_housekeeping);
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        let any_received = self.links.iter().any(|l| l.rx.received > 0);
+        if any_received {
+            consider(Some(self.next_loss_report));
+        }
+        consider(self.reorder.next_deadline());
+        for (i, l) in self.links.iter().enumerate() {
+            consider(l.rx.ack_deadline);
+            consider(l.ping_due);
+            consider(l.loss_time());
+            let timeout = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
+            if l.state == LinkState::Up
+                && let Some(oldest) = l.oldest_unacked()
+            {
+                consider(Some(oldest.max(l.last_ack_time) + timeout));
+            }
+            if l.state != LinkState::Down && l.ping_due.is_none() {
+                consider(Some(l.last_eliciting_sent + self.probe_interval(i)));
+            }
+            if l.state != LinkState::Up && l.in_flight > 0 {
+                consider(l.oldest_unacked().map(|t| t + timeout * 3));
+            }
+            if !self.queues.is_empty() && l.state == LinkState::Up && l.config.pacing_rate.is_some()
+            {
+                consider(Some(l.pacer.ready_at(1500)));
+            }
+        }
+        next
+    }
+}

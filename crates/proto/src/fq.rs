@@ -1,0 +1,620 @@
+//! Per-flow queues above the binding point.
+//!
+//! Pipeline (all under `&mut self`, single-threaded):
+//!  1. `enqueue`: classify result -> flow (created on first packet) -> tail of its FIFO;
+//!     over the packet or byte limit, packets are dropped from the head of the fattest flow.
+//!  2. `dequeue_with`: deficit round robin over three lists, in order: latency-sensitive
+//!     flows (DSCP EF/CS6/CS7), new (sparse) flows, old flows, as fq_codel does; CoDel runs
+//!     on the chosen flow's head (drop, or CE-mark an ECN-capable packet); the caller sees
+//!     the head and decides whether it can be bound to a link *now*. If not, it stays.
+//!
+//! Queues here are link-independent: nothing is bound to a link until the binding point.
+//! A flow that exhausts its quantum while on the priority or new list moves to the old
+//! list, so a heavy EF flow cannot starve others: priority holds for one quantum per
+//! busy period, like fq_codel's sparse-flow boost.
+
+use std::collections::{HashMap, VecDeque};
+
+use core::time::Duration;
+
+use crate::classify::{FlowKey, PacketInfo, mark_ce};
+use crate::config::Config;
+use crate::ids::FlowId;
+use crate::time::Instant;
+
+/// A packet waiting above the binding point.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) data: Vec<u8>,
+    pub(crate) enqueued: Instant,
+}
+
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+enum List {
+    None,
+    Priority,
+    New,
+    Old,
+}
+
+/// CoDel state of one flow (RFC 8289).
+#[derive(Debug, Default)]
+struct Codel {
+    first_above_time: Option<Instant>,
+    drop_next: Instant,
+    count: u32,
+    last_count: u32,
+    dropping: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Flow {
+    pub(crate) key: FlowKey,
+    pub(crate) id: FlowId,
+    pub(crate) latency_sensitive: bool,
+    queue: VecDeque<Queued>,
+    bytes: usize,
+    deficit: i64,
+    list: List,
+    codel: Codel,
+    /// Next flow sequence number to put on the wire.
+    pub(crate) next_seq: u64,
+    last_active: Instant,
+}
+
+/// Counters of the queues above the binding point.
+#[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
+pub struct QueueStats {
+    /// Packets accepted.
+    pub enqueued: u64,
+    /// Packets dropped by CoDel.
+    pub aqm_dropped: u64,
+    /// Packets CE-marked by CoDel instead of dropped.
+    pub aqm_marked: u64,
+    /// Packets dropped from the fattest flow because a limit was reached.
+    pub overflow_dropped: u64,
+    /// Flows created.
+    pub flows_created: u64,
+    /// Packets that went to the shared overflow flow because the flow table was full.
+    pub flow_table_full: u64,
+}
+
+/// What `dequeue_with`'s caller decided for the head packet.
+pub(crate) enum Decision<T> {
+    /// Take the packet; the caller binds it with `T`.
+    Take(T),
+    /// Leave it at the head; nothing can take it now.
+    Wait,
+}
+
+/// The flow table and the scheduler.
+#[derive(Debug)]
+pub(crate) struct FlowQueues {
+    flows: Vec<Option<Flow>>,
+    free: Vec<usize>,
+    index: HashMap<FlowKey, usize>,
+    priority: VecDeque<usize>,
+    new: VecDeque<usize>,
+    old: VecDeque<usize>,
+    packets: usize,
+    bytes: usize,
+    next_flow_id: u32,
+    overflow_slot: Option<usize>,
+    quantum: i64,
+    target: Duration,
+    interval: Duration,
+    ecn: bool,
+    limit_packets: usize,
+    limit_bytes: usize,
+    max_flows: usize,
+    idle_timeout: Duration,
+    pub(crate) stats: QueueStats,
+}
+
+impl FlowQueues {
+    pub(crate) fn new(config: &Config) -> Self {
+        Self {
+            flows: Vec::new(),
+            free: Vec::new(),
+            index: HashMap::new(),
+            priority: VecDeque::new(),
+            new: VecDeque::new(),
+            old: VecDeque::new(),
+            packets: 0,
+            bytes: 0,
+            next_flow_id: 1,
+            overflow_slot: None,
+            quantum: config.quantum_bytes as i64,
+            target: config.codel_target,
+            interval: config.codel_interval,
+            ecn: config.ecn,
+            limit_packets: config.limit_packets,
+            limit_bytes: config.limit_bytes,
+            max_flows: config.max_flows,
+            idle_timeout: config.flow_idle_timeout,
+            stats: QueueStats::default(),
+        }
+    }
+
+    /// Sets the CoDel interval in force (derived from the links' RTT by the endpoint).
+    pub(crate) fn set_interval(&mut self, interval: Duration) {
+        self.interval = interval;
+    }
+
+    /// Packets waiting, all flows.
+    pub(crate) fn packets(&self) -> usize {
+        self.packets
+    }
+
+    /// Bytes waiting, all flows.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Flows currently tracked.
+    pub(crate) fn flow_count(&self) -> usize {
+        self.index.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.packets == 0
+    }
+
+    /// Adds a packet to its flow's queue. Returns the number of packets dropped to make room.
+    pub(crate) fn enqueue(&mut self, now: Instant, info: &PacketInfo, data: Vec<u8>) -> usize {
+        let slot = self.slot_for(now, info);
+        let len = data.len();
+        let flow = self.flows[slot]
+            .as_mut()
+            .expect("slot_for returns a live slot");
+        flow.queue.push_back(Queued {
+            data,
+            enqueued: now,
+        });
+        flow.bytes += len;
+        flow.last_active = now;
+        let list = flow.list;
+        if list == List::None {
+            flow.deficit = self.quantum;
+            if flow.latency_sensitive {
+                flow.list = List::Priority;
+                self.priority.push_back(slot);
+            } else {
+                flow.list = List::New;
+                self.new.push_back(slot);
+            }
+        }
+        self.packets += 1;
+        self.bytes += len;
+        self.stats.enqueued += 1;
+        let mut dropped = 0;
+        while self.packets > self.limit_packets || self.bytes > self.limit_bytes {
+            if !self.drop_from_fattest() {
+                break;
+            }
+            dropped += 1;
+        }
+        dropped
+    }
+
+    fn slot_for(&mut self, now: Instant, info: &PacketInfo) -> usize {
+        if let Some(&slot) = self.index.get(&info.key) {
+            return slot;
+        }
+        if self.index.len() >= self.max_flows {
+            self.stats.flow_table_full += 1;
+            if let Some(slot) = self.overflow_slot {
+                return slot;
+            }
+        }
+        let flow = Flow {
+            key: info.key,
+            id: FlowId(self.next_flow_id),
+            latency_sensitive: info.is_latency_sensitive(),
+            queue: VecDeque::new(),
+            bytes: 0,
+            deficit: 0,
+            list: List::None,
+            codel: Codel::default(),
+            next_seq: 0,
+            last_active: now,
+        };
+        self.next_flow_id = self.next_flow_id.wrapping_add(1).max(1);
+        self.stats.flows_created += 1;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.flows[s] = Some(flow);
+                s
+            }
+            None => {
+                self.flows.push(Some(flow));
+                self.flows.len() - 1
+            }
+        };
+        self.index.insert(info.key, slot);
+        if self.index.len() > self.max_flows {
+            // The table was full: this flow becomes the shared overflow queue.
+            self.overflow_slot = Some(slot);
+        }
+        slot
+    }
+
+    /// Drops the head packet of the flow holding the most bytes.
+    fn drop_from_fattest(&mut self) -> bool {
+        let fattest = self
+            .flows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.as_ref().map(|f| (f.bytes, i)))
+            .max();
+        let Some((bytes, slot)) = fattest else {
+            return false;
+        };
+        if bytes == 0 {
+            return false;
+        }
+        let flow = self.flows[slot].as_mut().expect("enumerated as live");
+        let Some(q) = flow.queue.pop_front() else {
+            return false;
+        };
+        flow.bytes -= q.data.len();
+        self.packets -= 1;
+        self.bytes -= q.data.len();
+        self.stats.overflow_dropped += 1;
+        true
+    }
+
+    /// Runs the scheduler: finds the next packet by DRR, applies CoDel, and offers the head
+    /// packet to `decide`. `decide` sees the flow and the packet and either takes it (it is
+    /// removed and returned with the flow's id and sequence number) or leaves it.
+    pub(crate) fn dequeue_with<T>(
+        &mut self,
+        now: Instant,
+        mut decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
+    ) -> Option<(Queued, FlowId, u64, T)> {
+        // Bounded: every iteration either returns, removes a flow from a list, or moves
+        // a flow from one list to the back of `old` after refilling its deficit.
+        let mut guard = 3 * (self.priority.len() + self.new.len() + self.old.len()) + 4;
+        while guard > 0 {
+            guard -= 1;
+            let (list, slot) = if let Some(&s) = self.priority.front() {
+                (List::Priority, s)
+            } else if let Some(&s) = self.new.front() {
+                (List::New, s)
+            } else if let Some(&s) = self.old.front() {
+                (List::Old, s)
+            } else {
+                return None;
+            };
+            let flow = self.flows[slot].as_mut().expect("listed flows are live");
+            if flow.deficit <= 0 {
+                flow.deficit += self.quantum;
+                self.pop_list(list);
+                flow_mut(&mut self.flows, slot).list = List::Old;
+                self.old.push_back(slot);
+                continue;
+            }
+            if !self.codel_head(now, slot) {
+                // Empty: a new or priority flow goes to the old list once so that it cannot
+                // regain priority by emptying instantly (fq_codel's anti-starvation rule);
+                // an old flow leaves the lists.
+                self.pop_list(list);
+                let flow = flow_mut(&mut self.flows, slot);
+                if list != List::Old && !self.old.is_empty() {
+                    flow.list = List::Old;
+                    self.old.push_back(slot);
+                } else {
+                    flow.list = List::None;
+                }
+                continue;
+            }
+            let flow = self.flows[slot].as_ref().expect("listed flows are live");
+            let head = flow.queue.front().expect("codel_head saw a packet");
+            return match decide(flow, head) {
+                Decision::Wait => None,
+                Decision::Take(t) => {
+                    let flow = flow_mut(&mut self.flows, slot);
+                    let q = flow.queue.pop_front().expect("head exists");
+                    flow.bytes -= q.data.len();
+                    flow.deficit -= q.data.len() as i64;
+                    let seq = flow.next_seq;
+                    flow.next_seq += 1;
+                    let id = flow.id;
+                    self.packets -= 1;
+                    self.bytes -= q.data.len();
+                    Some((q, id, seq, t))
+                }
+            };
+        }
+        None
+    }
+
+    fn pop_list(&mut self, list: List) {
+        match list {
+            List::Priority => self.priority.pop_front(),
+            List::New => self.new.pop_front(),
+            List::Old => self.old.pop_front(),
+            List::None => None,
+        };
+    }
+
+    /// CoDel at the head of a flow: drops (or marks) as RFC 8289 says, and returns whether
+    /// a packet is left at the head.
+    fn codel_head(&mut self, now: Instant, slot: usize) -> bool {
+        let (target, interval, ecn) = (self.target, self.interval, self.ecn);
+        loop {
+            let flow = flow_mut(&mut self.flows, slot);
+            let Some(head) = flow.queue.front() else {
+                flow.codel.first_above_time = None;
+                flow.codel.dropping = false;
+                return false;
+            };
+            let sojourn = now - head.enqueued;
+            let ok_to_drop =
+                codel_ok_to_drop(&mut flow.codel, now, sojourn, target, interval, flow.bytes);
+            let c = &mut flow.codel;
+            let act = if c.dropping {
+                if !ok_to_drop {
+                    c.dropping = false;
+                    false
+                } else if now >= c.drop_next {
+                    c.count += 1;
+                    c.drop_next = control_law(c.drop_next, interval, c.count);
+                    true
+                } else {
+                    false
+                }
+            } else if ok_to_drop {
+                c.dropping = true;
+                let delta = c.count.saturating_sub(c.last_count);
+                c.count = if delta > 1 && now - c.drop_next < interval * 16 {
+                    delta
+                } else {
+                    1
+                };
+                c.last_count = c.count;
+                c.drop_next = control_law(now, interval, c.count);
+                true
+            } else {
+                false
+            };
+            if !act {
+                return true;
+            }
+            // Mark an ECN-capable head instead of dropping it; then it is sent.
+            if ecn {
+                let head = flow.queue.front_mut().expect("checked above");
+                if mark_ce(&mut head.data) {
+                    self.stats.aqm_marked += 1;
+                    return true;
+                }
+            }
+            let q = flow.queue.pop_front().expect("checked above");
+            flow.bytes -= q.data.len();
+            self.packets -= 1;
+            self.bytes -= q.data.len();
+            self.stats.aqm_dropped += 1;
+        }
+    }
+
+    /// Forgets flows that have been empty and idle for the idle timeout.
+    pub(crate) fn expire_idle(&mut self, now: Instant) {
+        let timeout = self.idle_timeout;
+        for slot in 0..self.flows.len() {
+            let expired = match &self.flows[slot] {
+                Some(f) => {
+                    f.queue.is_empty() && f.list == List::None && now - f.last_active >= timeout
+                }
+                None => false,
+            };
+            if expired {
+                let f = self.flows[slot].take().expect("checked live");
+                self.index.remove(&f.key);
+                self.free.push(slot);
+                if self.overflow_slot == Some(slot) {
+                    self.overflow_slot = None;
+                }
+            }
+        }
+    }
+}
+
+fn flow_mut(flows: &mut [Option<Flow>], slot: usize) -> &mut Flow {
+    flows[slot].as_mut().expect("slot is live")
+}
+
+fn codel_ok_to_drop(
+    c: &mut Codel,
+    now: Instant,
+    sojourn: Duration,
+    target: Duration,
+    interval: Duration,
+    backlog_bytes: usize,
+) -> bool {
+    // Below target, or with at most one MTU queued, the queue is fine (RFC 8289 5.3).
+    if sojourn < target || backlog_bytes <= 1514 {
+        c.first_above_time = None;
+        return false;
+    }
+    match c.first_above_time {
+        None => {
+            c.first_above_time = Some(now + interval);
+            false
+        }
+        Some(t) => now >= t,
+    }
+}
+
+fn control_law(t: Instant, interval: Duration, count: u32) -> Instant {
+    t + interval.div_f64(f64::from(count.max(1)).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::classify;
+
+    fn pkt(sport: u16, dscp: u8, len: usize, ecn: u8) -> Vec<u8> {
+        let mut p = vec![0u8; len.max(28)];
+        p[0] = 0x45;
+        p[1] = (dscp << 2) | ecn;
+        p[9] = 17;
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p
+    }
+
+    fn take_all(q: &mut FlowQueues, now: Instant) -> Vec<(u16, FlowId)> {
+        let mut out = Vec::new();
+        while let Some((p, id, _, ())) = q.dequeue_with(now, |_, _| Decision::Take(())) {
+            out.push((u16::from_be_bytes([p.data[20], p.data[21]]), id));
+        }
+        out
+    }
+
+    fn enq(q: &mut FlowQueues, now: Instant, p: Vec<u8>) {
+        let info = classify(&p).unwrap();
+        q.enqueue(now, &info, p);
+    }
+
+    #[test]
+    fn two_backlogged_flows_alternate_by_quantum() {
+        let mut q = FlowQueues::new(&Config::default());
+        let t = Instant::ZERO;
+        for _ in 0..4 {
+            enq(&mut q, t, pkt(1, 0, 1400, 0));
+        }
+        for _ in 0..4 {
+            enq(&mut q, t, pkt(2, 0, 1400, 0));
+        }
+        let order: Vec<u16> = take_all(&mut q, t).into_iter().map(|(p, _)| p).collect();
+        // Each flow sends about one quantum (1514 B = two 1400 B packets, the second
+        // overdrawing) per round.
+        assert_eq!(order.len(), 8);
+        assert_ne!(
+            order[..4].iter().filter(|&&p| p == 1).count(),
+            4,
+            "{order:?}"
+        );
+    }
+
+    #[test]
+    fn ef_packet_behind_burst_goes_first() {
+        let mut q = FlowQueues::new(&Config::default());
+        let t = Instant::ZERO;
+        for _ in 0..100 {
+            enq(&mut q, t, pkt(1, 0, 1400, 0));
+        }
+        enq(&mut q, t, pkt(9, 46, 100, 0));
+        let first = take_all(&mut q, t)[0].0;
+        assert_eq!(first, 9);
+    }
+
+    #[test]
+    fn sparse_flow_overtakes_backlogged_flow() {
+        let mut q = FlowQueues::new(&Config::default());
+        let t = Instant::ZERO;
+        for _ in 0..100 {
+            enq(&mut q, t, pkt(1, 0, 1400, 0));
+        }
+        // Let the bulk flow become old.
+        for _ in 0..3 {
+            q.dequeue_with(t, |_, _| Decision::Take(())).unwrap();
+        }
+        enq(&mut q, t, pkt(7, 0, 200, 0));
+        let next = q.dequeue_with(t, |_, _| Decision::Take(())).unwrap().0;
+        assert_eq!(u16::from_be_bytes([next.data[20], next.data[21]]), 7);
+    }
+
+    #[test]
+    fn wait_leaves_packet_at_head() {
+        let mut q = FlowQueues::new(&Config::default());
+        enq(&mut q, Instant::ZERO, pkt(1, 0, 500, 0));
+        assert!(
+            q.dequeue_with::<()>(Instant::ZERO, |_, _| Decision::Wait)
+                .is_none()
+        );
+        assert_eq!(q.packets(), 1);
+        assert!(
+            q.dequeue_with(Instant::ZERO, |_, _| Decision::Take(()))
+                .is_some()
+        );
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn standing_queue_codel_drops_after_interval() {
+        let mut q = FlowQueues::new(&Config::default());
+        let mut t = Instant::ZERO;
+        // A flow that keeps 50 packets queued, served once every 10 ms: sojourn far
+        // above 5 ms for far longer than 100 ms.
+        for _ in 0..50 {
+            enq(&mut q, t, pkt(1, 0, 1400, 0));
+        }
+        for _ in 0..100 {
+            t += Duration::from_millis(10);
+            enq(&mut q, t, pkt(1, 0, 1400, 0));
+            let _ = q.dequeue_with(t, |_, _| Decision::Take(()));
+        }
+        assert!(q.stats.aqm_dropped > 0, "{:?}", q.stats);
+        assert_eq!(q.stats.aqm_marked, 0);
+    }
+
+    #[test]
+    fn standing_queue_ect_packets_marked_not_dropped() {
+        let mut q = FlowQueues::new(&Config::default());
+        let mut t = Instant::ZERO;
+        for _ in 0..50 {
+            enq(&mut q, t, pkt(1, 0, 1400, 2));
+        }
+        for _ in 0..100 {
+            t += Duration::from_millis(10);
+            enq(&mut q, t, pkt(1, 0, 1400, 2));
+            let _ = q.dequeue_with(t, |_, _| Decision::Take(()));
+        }
+        assert_eq!(q.stats.aqm_dropped, 0);
+        assert!(q.stats.aqm_marked > 0);
+    }
+
+    #[test]
+    fn packet_limit_drops_from_fattest_flow() {
+        let mut c = Config::default();
+        c.limit_packets = 10;
+        let mut q = FlowQueues::new(&c);
+        for _ in 0..10 {
+            enq(&mut q, Instant::ZERO, pkt(1, 0, 1400, 0));
+        }
+        enq(&mut q, Instant::ZERO, pkt(2, 0, 100, 0));
+        assert_eq!(q.packets(), 10);
+        assert_eq!(q.stats.overflow_dropped, 1);
+        let sent = take_all(&mut q, Instant::ZERO);
+        assert_eq!(sent.iter().filter(|(p, _)| *p == 2).count(), 1);
+    }
+
+    #[test]
+    fn flow_seq_counts_per_flow() {
+        let mut q = FlowQueues::new(&Config::default());
+        for _ in 0..3 {
+            enq(&mut q, Instant::ZERO, pkt(1, 0, 100, 0));
+            enq(&mut q, Instant::ZERO, pkt(2, 0, 100, 0));
+        }
+        let mut seqs: HashMap<FlowId, Vec<u64>> = HashMap::new();
+        while let Some((_, id, seq, ())) = q.dequeue_with(Instant::ZERO, |_, _| Decision::Take(()))
+        {
+            seqs.entry(id).or_default().push(seq);
+        }
+        for v in seqs.values() {
+            assert_eq!(v, &vec![0, 1, 2]);
+        }
+    }
+
+    #[test]
+    fn idle_flow_expires_after_timeout() {
+        let mut q = FlowQueues::new(&Config::default());
+        enq(&mut q, Instant::ZERO, pkt(1, 0, 100, 0));
+        take_all(&mut q, Instant::ZERO);
+        q.expire_idle(Instant::ZERO + Duration::from_secs(29));
+        assert_eq!(q.flow_count(), 1);
+        q.expire_idle(Instant::ZERO + Duration::from_secs(31));
+        assert_eq!(q.flow_count(), 0);
+    }
+}

@@ -1,0 +1,45 @@
+//! The latebind protocol engine: a sans-IO state machine for one end of a late-binding
+//! multipath tunnel.
+//!
+//! No sockets, no clock reads, no threads, no global randomness: inputs are `handle_*`
+//! calls and outputs are `poll_*` calls, all taking `now` from the driver (the daemon's
+//! monotonic clock, the simulator's event heap, or a test's field). Clippy's
+//! `disallowed-methods` (see `clippy.toml`) keeps it that way.
+//!
+//! Module map:
+//! - [`time`]: the engine's `Instant` (nanoseconds from the driver's origin).
+//! - [`ids`]: `LinkId`, `FlowId`.
+//! - [`config`]: `Config` and `LinkConfig` with documented defaults and validation.
+//! - [`classify`]: inner IP packet -> flow key, DSCP, ECN; CE marking.
+//! - `fq`: per-flow queues above the binding point (DRR, sparse and DSCP priority,
+//!   per-flow CoDel, limits with drop-from-fattest).
+//! - [`link`]: per-link RTT, loss detection, rates, pacer, budget below the binding point,
+//!   acknowledgement state, liveness.
+//! - [`policy`]: the `BindPolicy` trait and the default earliest-delivery policy.
+//! - `reorder`: duplicate filter on the global sequence and per-flow reorder with hold time.
+//! - [`wire`]: wire format v1 (docs/protocol.md), zero-copy parse, emit into caller buffers.
+//! - [`endpoint`]: `Endpoint`, tying it together.
+//!
+//! The call order for drivers is documented on [`Endpoint`].
+
+#![warn(missing_docs)]
+
+pub mod classify;
+pub mod config;
+pub mod endpoint;
+mod fq;
+pub mod ids;
+pub mod link;
+pub mod policy;
+mod reorder;
+pub mod time;
+pub mod wire;
+
+pub use config::{Config, ConfigError, LinkConfig, Role};
+pub use endpoint::{Endpoint, EndpointStats, Event, LinkChange, Transmit, TunError};
+pub use fq::QueueStats;
+pub use ids::{FlowId, LinkId};
+pub use link::{LinkState, LinkStats, LinkView};
+pub use policy::{BindPolicy, Binding, MinRtt, PacketMeta};
+pub use reorder::ReorderStats;
+pub use time::Instant;

@@ -1,0 +1,784 @@
+//! Per-link state: RTT, loss, rates, what is in flight and below the binding point, the
+//! receive side's acknowledgement state, and liveness.
+//!
+//! ```text
+//!            ack received                 no ack for the suspect timeout
+//!   +------+ <----------------- +---------+ <----------------------------- +----+
+//!   | Down |  local or peer up  | Suspect |                                | Up |
+//!   +------+ -----------------> +---------+ -----------------------------> +----+
+//!      ^      (probe, rejoin)                     any ack                    |
+//!      +----------------------- local or peer link-down event ----------------+
+//! ```
+//! A link comes up as `Up` (it is usable at once; a PING measures its RTT). A `Suspect`
+//! link gets no new data, only probes, until it answers one.
+
+use std::collections::VecDeque;
+
+use core::ops::RangeInclusive;
+use core::time::Duration;
+
+use crate::config::LinkConfig;
+use crate::ids::{FlowId, LinkId};
+use crate::time::Instant;
+
+/// Liveness of a link as the binding point sees it.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum LinkState {
+    /// Usable for new data.
+    Up,
+    /// Acknowledgements stopped; probed, not used for new data.
+    Suspect,
+    /// Down locally (interface event) or reported down by the peer.
+    Down,
+}
+
+/// RTT estimator (RFC 6298 / RFC 9002 5.3).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rtt {
+    pub(crate) srtt: Duration,
+    pub(crate) rttvar: Duration,
+    pub(crate) min: Duration,
+    pub(crate) latest: Duration,
+    pub(crate) has_sample: bool,
+}
+
+impl Rtt {
+    fn new(initial: Duration) -> Self {
+        Self {
+            srtt: initial,
+            rttvar: initial / 2,
+            min: initial,
+            latest: initial,
+            has_sample: false,
+        }
+    }
+
+    pub(crate) fn update(&mut self, sample: Duration, ack_delay: Duration) {
+        self.latest = sample;
+        if !self.has_sample {
+            self.has_sample = true;
+            self.min = sample;
+            self.srtt = sample;
+            self.rttvar = sample / 2;
+            return;
+        }
+        self.min = self.min.min(sample);
+        // Subtract the peer's ack delay unless that would go below the minimum RTT.
+        let adjusted = if sample >= self.min + ack_delay {
+            sample - ack_delay
+        } else {
+            sample
+        };
+        let diff = self.srtt.abs_diff(adjusted);
+        self.rttvar = (self.rttvar * 3 + diff) / 4;
+        self.srtt = (self.srtt * 7 + adjusted) / 8;
+    }
+}
+
+/// The inner packet a data datagram carried, kept until acknowledged or lost.
+#[derive(Debug)]
+pub(crate) struct SentData {
+    pub(crate) payload: Vec<u8>,
+    pub(crate) global_seq: u64,
+    pub(crate) flow: FlowId,
+    pub(crate) flow_seq: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct SentPacket {
+    pub(crate) time: Instant,
+    pub(crate) size: usize,
+    pub(crate) data: Option<SentData>,
+    /// Link's delivered bytes when this was sent (delivery-rate sampling).
+    delivered: u64,
+    delivered_time: Instant,
+}
+
+/// Receive side of one link: which packet numbers arrived, for ACK and LOSS_REPORT frames.
+#[derive(Debug)]
+pub(crate) struct RxState {
+    /// Received packet numbers as disjoint ranges, highest first.
+    ranges: VecDeque<RangeInclusive<u64>>,
+    pub(crate) largest_time: Instant,
+    unacked_eliciting: u32,
+    pub(crate) ack_deadline: Option<Instant>,
+    pub(crate) received: u64,
+    pub(crate) lost: u64,
+}
+
+/// How many ranges the receive side remembers; older packet numbers count as duplicates.
+const MAX_RX_RANGES: usize = 32;
+
+impl RxState {
+    fn new() -> Self {
+        Self {
+            ranges: VecDeque::new(),
+            largest_time: Instant::ZERO,
+            unacked_eliciting: 0,
+            ack_deadline: None,
+            received: 0,
+            lost: 0,
+        }
+    }
+
+    /// The packet number the next datagram is expected to carry.
+    pub(crate) fn expected(&self) -> u64 {
+        self.ranges.front().map_or(0, |r| r.end() + 1)
+    }
+
+    /// Records a packet number. Returns false for a duplicate or one too old to tell.
+    pub(crate) fn insert(&mut self, pn: u64, now: Instant) -> bool {
+        let Some(front) = self.ranges.front_mut() else {
+            self.ranges.push_front(pn..=pn);
+            self.largest_time = now;
+            self.received += 1;
+            self.lost += pn;
+            return true;
+        };
+        if pn > *front.end() {
+            self.lost += pn - front.end() - 1;
+            if pn == front.end() + 1 {
+                *front = *front.start()..=pn;
+            } else {
+                self.ranges.push_front(pn..=pn);
+                if self.ranges.len() > MAX_RX_RANGES {
+                    self.ranges.pop_back();
+                }
+            }
+            self.largest_time = now;
+            self.received += 1;
+            return true;
+        }
+        let oldest = self.ranges.back().map_or(0, |r| *r.start());
+        if pn < oldest {
+            return false;
+        }
+        // Fill a gap (a late packet): find the range above and below it.
+        for i in 0..self.ranges.len() {
+            let r = self.ranges[i].clone();
+            if r.contains(&pn) {
+                return false;
+            }
+            if pn > *r.end() {
+                // Between ranges[i-1] (above) and r (below).
+                let joins_below = pn == r.end() + 1;
+                let joins_above = i > 0 && pn + 1 == *self.ranges[i - 1].start();
+                match (joins_above, joins_below) {
+                    (true, true) => {
+                        let above_end = *self.ranges[i - 1].end();
+                        self.ranges[i] = *r.start()..=above_end;
+                        self.ranges.remove(i - 1);
+                    }
+                    (true, false) => {
+                        let above_end = *self.ranges[i - 1].end();
+                        self.ranges[i - 1] = pn..=above_end;
+                    }
+                    (false, true) => self.ranges[i] = *r.start()..=pn,
+                    (false, false) => self.ranges.insert(i, pn..=pn),
+                }
+                self.received += 1;
+                self.lost = self.lost.saturating_sub(1);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Notes an ack-eliciting packet; returns whether an ACK should go out now.
+    pub(crate) fn on_eliciting(
+        &mut self,
+        now: Instant,
+        every: u32,
+        max_delay: Duration,
+        out_of_order: bool,
+    ) {
+        self.unacked_eliciting += 1;
+        if self.unacked_eliciting >= every || out_of_order {
+            self.ack_deadline = Some(now);
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + max_delay);
+        }
+    }
+
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = &RangeInclusive<u64>> {
+        self.ranges.iter()
+    }
+
+    pub(crate) fn largest(&self) -> Option<u64> {
+        self.ranges.front().map(|r| *r.end())
+    }
+
+    pub(crate) fn on_ack_sent(&mut self) {
+        self.unacked_eliciting = 0;
+        self.ack_deadline = None;
+    }
+}
+
+/// Token-bucket pacer: answers when the next packet may leave.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pacer {
+    /// Bytes per second; `None` means unpaced.
+    rate: Option<f64>,
+    tokens: f64,
+    capacity: f64,
+    last: Instant,
+}
+
+impl Pacer {
+    fn new(rate: Option<f64>) -> Self {
+        Self {
+            rate,
+            tokens: 3000.0,
+            capacity: 3000.0,
+            last: Instant::ZERO,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        if let Some(rate) = self.rate {
+            let dt = (now - self.last).as_secs_f64();
+            self.tokens = (self.tokens + dt * rate).min(self.capacity);
+        }
+        self.last = now;
+    }
+
+    /// Earliest time a packet of `size` bytes may be sent.
+    pub(crate) fn next_send(&self, now: Instant, size: usize) -> Instant {
+        let Some(rate) = self.rate else {
+            return now;
+        };
+        let dt = (now - self.last).as_secs_f64();
+        let tokens = (self.tokens + dt * rate).min(self.capacity);
+        if tokens >= size as f64 {
+            return now;
+        }
+        now + Duration::from_secs_f64((size as f64 - tokens) / rate)
+    }
+
+    /// When a packet of `size` bytes may leave, from the bucket's last update.
+    pub(crate) fn ready_at(&self, size: usize) -> Instant {
+        match self.rate {
+            Some(rate) if self.tokens < size as f64 => {
+                self.last + Duration::from_secs_f64((size as f64 - self.tokens) / rate)
+            }
+            _ => self.last,
+        }
+    }
+
+    fn on_sent(&mut self, now: Instant, size: usize) {
+        self.refill(now);
+        if self.rate.is_some() {
+            self.tokens -= size as f64;
+        }
+    }
+}
+
+/// Counters of one link.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkStats {
+    /// Datagrams handed to the driver for this link.
+    pub datagrams_sent: u64,
+    /// Data frames (inner packets) bound to this link.
+    pub data_sent: u64,
+    /// Bytes handed to the driver.
+    pub bytes_sent: u64,
+    /// Datagrams received on this link.
+    pub datagrams_received: u64,
+    /// Ack-eliciting packets acknowledged by the peer.
+    pub acked: u64,
+    /// Packets declared lost by the sender's loss detection.
+    pub lost: u64,
+    /// Packets the peer reported lost on this link (cumulative, from LOSS_REPORT).
+    pub peer_reported_lost: u64,
+    /// Packets the peer reported received on this link (cumulative, from LOSS_REPORT).
+    pub peer_reported_received: u64,
+    /// Most packets ever below the binding point at once.
+    pub max_below_binding: usize,
+    /// Packets that were below the binding point when the link went down.
+    pub dropped_below_binding: u64,
+    /// Times the link became suspect.
+    pub suspected: u64,
+    /// Times the link went down.
+    pub went_down: u64,
+    /// Duplicate or too-old packet numbers received (dropped).
+    pub duplicate_packets: u64,
+    /// PING probes sent.
+    pub pings_sent: u64,
+}
+
+/// A read-only view of a link for binding policies and status output.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkView {
+    /// The link.
+    pub id: LinkId,
+    /// Its liveness.
+    pub state: LinkState,
+    /// Smoothed RTT (or the initial RTT before a sample).
+    pub srtt: Duration,
+    /// RTT variation.
+    pub rttvar: Duration,
+    /// Minimum RTT seen.
+    pub min_rtt: Duration,
+    /// Whether the RTT figures come from samples.
+    pub rtt_measured: bool,
+    /// Packets handed to the driver and not yet departed.
+    pub below_binding: usize,
+    /// The budget below the binding point.
+    pub budget: usize,
+    /// Rate at which the local interface drains, bytes per second (0: not measured).
+    pub tx_rate: f64,
+    /// Delivery rate measured from acknowledgements, bytes per second (0: not measured).
+    pub delivery_rate: f64,
+    /// Ack-eliciting packets in flight.
+    pub in_flight: usize,
+    /// Earliest time the pacer allows a full-size packet.
+    pub pacer_next: Instant,
+    /// Backup link: used only when no other link is up.
+    pub backup: bool,
+}
+
+impl LinkView {
+    /// Whether the binding point may hand this link another packet now.
+    pub fn has_room(&self, now: Instant) -> bool {
+        self.state == LinkState::Up && self.below_binding < self.budget && self.pacer_next <= now
+    }
+}
+
+/// One link's full state.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) id: LinkId,
+    pub(crate) config: LinkConfig,
+    pub(crate) state: LinkState,
+    pub(crate) local_down: bool,
+    pub(crate) peer_down: bool,
+    pub(crate) rtt: Rtt,
+    /// Next packet number to send.
+    pub(crate) next_pn: u64,
+    /// Sent packets from `sent_base` on; `None` once acked or lost, or for ack-only datagrams.
+    sent: VecDeque<Option<SentPacket>>,
+    sent_base: u64,
+    pub(crate) in_flight: usize,
+    pub(crate) largest_acked: Option<u64>,
+    pub(crate) last_ack_time: Instant,
+    /// Sizes of packets below the binding point (handed to the driver, not yet departed).
+    below: VecDeque<(usize, Instant)>,
+    last_tx_done: Instant,
+    pub(crate) tx_rate: f64,
+    delivered: u64,
+    delivered_time: Instant,
+    pub(crate) delivery_rate: f64,
+    delivery_rate_time: Instant,
+    pub(crate) pacer: Pacer,
+    pub(crate) rx: RxState,
+    /// Last time an ack-eliciting datagram was sent here.
+    pub(crate) last_eliciting_sent: Instant,
+    /// A PING is owed on this link (new link, probe, keepalive).
+    pub(crate) ping_due: Option<Instant>,
+    pub(crate) probe_backoff: u32,
+    /// LINK_STATUS announcements owed about this link.
+    pub(crate) announce: bool,
+    pub(crate) stats: LinkStats,
+}
+
+/// Packets that were acknowledged or declared lost by one ACK frame.
+#[derive(Debug, Default)]
+pub(crate) struct AckOutcome {
+    pub(crate) newly_acked: usize,
+    pub(crate) lost: Vec<SentPacket>,
+}
+
+impl Link {
+    pub(crate) fn new(id: LinkId, config: LinkConfig, initial_rtt: Duration, now: Instant) -> Self {
+        let pacer = Pacer::new(config.pacing_rate);
+        Self {
+            id,
+            config,
+            state: LinkState::Up,
+            local_down: false,
+            peer_down: false,
+            rtt: Rtt::new(initial_rtt),
+            next_pn: 0,
+            sent: VecDeque::new(),
+            sent_base: 0,
+            in_flight: 0,
+            largest_acked: None,
+            last_ack_time: now,
+            below: VecDeque::new(),
+            last_tx_done: now,
+            tx_rate: 0.0,
+            delivered: 0,
+            delivered_time: now,
+            delivery_rate: 0.0,
+            delivery_rate_time: now,
+            pacer,
+            rx: RxState::new(),
+            last_eliciting_sent: now,
+            ping_due: Some(now),
+            probe_backoff: 0,
+            announce: false,
+            stats: LinkStats::default(),
+        }
+    }
+
+    pub(crate) fn view(&self, now: Instant, budget: usize) -> LinkView {
+        LinkView {
+            id: self.id,
+            state: self.state,
+            srtt: self.rtt.srtt,
+            rttvar: self.rtt.rttvar,
+            min_rtt: self.rtt.min,
+            rtt_measured: self.rtt.has_sample,
+            below_binding: self.below.len(),
+            budget,
+            tx_rate: self.tx_rate,
+            delivery_rate: self.delivery_rate,
+            in_flight: self.in_flight,
+            pacer_next: self.pacer.next_send(now, 1500),
+            backup: self.config.backup,
+        }
+    }
+
+    pub(crate) fn below_binding(&self) -> usize {
+        self.below.len()
+    }
+
+    /// Probe timeout: how long without an acknowledgement before the link is suspected.
+    pub(crate) fn suspect_timeout(&self, max_ack_delay: Duration, floor: Duration) -> Duration {
+        let base =
+            self.rtt.srtt + (self.rtt.rttvar * 4).max(Duration::from_millis(1)) + max_ack_delay;
+        base.max(floor)
+    }
+
+    /// Records a datagram handed to the driver.
+    pub(crate) fn on_sent(
+        &mut self,
+        now: Instant,
+        size: usize,
+        eliciting: bool,
+        data: Option<SentData>,
+    ) -> u64 {
+        let pn = self.next_pn;
+        self.next_pn += 1;
+        let packet = eliciting.then(|| {
+            self.in_flight += 1;
+            self.last_eliciting_sent = now;
+            SentPacket {
+                time: now,
+                size,
+                data,
+                delivered: self.delivered,
+                delivered_time: self.delivered_time,
+            }
+        });
+        if self.sent.is_empty() {
+            self.sent_base = pn;
+        }
+        self.sent.push_back(packet);
+        self.trim_sent();
+        self.below.push_back((size, now));
+        self.stats.max_below_binding = self.stats.max_below_binding.max(self.below.len());
+        self.pacer.on_sent(now, size);
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += size as u64;
+        pn
+    }
+
+    fn trim_sent(&mut self) {
+        while let Some(None) = self.sent.front() {
+            self.sent.pop_front();
+            self.sent_base += 1;
+        }
+    }
+
+    /// The driver reports that the oldest packet below the binding point has departed.
+    pub(crate) fn on_tx_done(&mut self, now: Instant) {
+        let Some((size, queued_at)) = self.below.pop_front() else {
+            return;
+        };
+        // Its serialization began when it was handed over or when the previous packet
+        // left, whichever was later: a clean sample of the interface's rate.
+        let start = queued_at.max(self.last_tx_done);
+        let dt = (now - start).as_secs_f64();
+        if dt > 0.0 {
+            let sample = size as f64 / dt;
+            self.tx_rate = if self.tx_rate == 0.0 {
+                sample
+            } else {
+                0.875 * self.tx_rate + 0.125 * sample
+            };
+        }
+        self.last_tx_done = now;
+    }
+
+    /// Everything below the binding point is gone (the interface went down).
+    pub(crate) fn drop_below_binding(&mut self) -> usize {
+        let n = self.below.len();
+        self.below.clear();
+        self.stats.dropped_below_binding += n as u64;
+        n
+    }
+
+    fn sent_mut(&mut self, pn: u64) -> Option<&mut Option<SentPacket>> {
+        let idx = pn.checked_sub(self.sent_base)?;
+        self.sent.get_mut(usize::try_from(idx).ok()?)
+    }
+
+    /// Processes acknowledged ranges (highest first). Returns what was newly acknowledged
+    /// and what loss detection declared lost (RFC 9002 6.1: packet threshold 3, time
+    /// threshold 9/8 RTT).
+    pub(crate) fn on_ack(
+        &mut self,
+        now: Instant,
+        largest: u64,
+        ack_delay: Duration,
+        ranges: impl Iterator<Item = RangeInclusive<u64>>,
+    ) -> AckOutcome {
+        let mut out = AckOutcome::default();
+        if largest >= self.next_pn {
+            // Acknowledges something never sent: ignore the whole frame.
+            return out;
+        }
+        let mut rtt_sample = None;
+        for range in ranges {
+            let lo = (*range.start()).max(self.sent_base);
+            let hi = *range.end();
+            if hi < lo {
+                continue;
+            }
+            for pn in lo..=hi {
+                let Some(slot) = self.sent_mut(pn) else {
+                    continue;
+                };
+                let Some(p) = slot.take() else {
+                    continue;
+                };
+                if pn == largest {
+                    rtt_sample = Some(now - p.time);
+                }
+                self.in_flight -= 1;
+                out.newly_acked += 1;
+                self.delivered += p.size as u64;
+                self.delivered_time = now;
+                let interval = now - p.delivered_time;
+                if interval > Duration::from_micros(100) {
+                    let rate = (self.delivered - p.delivered) as f64 / interval.as_secs_f64();
+                    // Windowed max over roughly ten RTTs.
+                    if rate > self.delivery_rate
+                        || now - self.delivery_rate_time > self.rtt.srtt * 10
+                    {
+                        self.delivery_rate = rate;
+                        self.delivery_rate_time = now;
+                    }
+                }
+            }
+        }
+        if out.newly_acked > 0 {
+            self.last_ack_time = now;
+            self.stats.acked += out.newly_acked as u64;
+            if self.largest_acked.is_none_or(|l| largest > l) {
+                self.largest_acked = Some(largest);
+            }
+        }
+        if let Some(sample) = rtt_sample {
+            self.rtt.update(sample, ack_delay);
+        }
+        self.detect_lost(now, &mut out.lost);
+        self.trim_sent();
+        out
+    }
+
+    /// Declares lost what the packet or time threshold says is lost, and anything older
+    /// than `give_up` (a link that never answers).
+    pub(crate) fn detect_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
+        let Some(largest) = self.largest_acked else {
+            return;
+        };
+        let loss_delay = self.rtt.srtt.max(self.rtt.latest) * 9 / 8;
+        let base = self.sent_base;
+        for (i, slot) in self.sent.iter_mut().enumerate() {
+            let pn = base + i as u64;
+            if pn >= largest {
+                break;
+            }
+            let is_lost = match slot {
+                Some(p) => pn + 3 <= largest || now - p.time >= loss_delay,
+                None => false,
+            };
+            if is_lost {
+                let p = slot.take().expect("checked Some");
+                self.in_flight -= 1;
+                self.stats.lost += 1;
+                lost.push(p);
+            }
+        }
+        self.trim_sent();
+    }
+
+    /// Declares every unacknowledged packet sent before `before` lost.
+    pub(crate) fn expire_in_flight(&mut self, before: Instant, lost: &mut Vec<SentPacket>) {
+        for slot in self.sent.iter_mut() {
+            if slot.as_ref().is_some_and(|p| p.time < before) {
+                let p = slot.take().expect("checked Some");
+                self.in_flight -= 1;
+                self.stats.lost += 1;
+                lost.push(p);
+            }
+        }
+        self.trim_sent();
+    }
+
+    /// Send time of the oldest unacknowledged ack-eliciting packet.
+    pub(crate) fn oldest_unacked(&self) -> Option<Instant> {
+        self.sent.iter().flatten().map(|p| p.time).next()
+    }
+
+    /// Time at which loss detection should run again (the time threshold of the oldest
+    /// packet below the largest acknowledged).
+    pub(crate) fn loss_time(&self) -> Option<Instant> {
+        let largest = self.largest_acked?;
+        let loss_delay = self.rtt.srtt.max(self.rtt.latest) * 9 / 8;
+        let base = self.sent_base;
+        self.sent
+            .iter()
+            .enumerate()
+            .take_while(|(i, _)| base + (*i as u64) < largest)
+            .find_map(|(_, p)| p.as_ref().map(|p| p.time + loss_delay))
+    }
+
+    /// Recomputes `state` from the local and peer flags; returns the old state if it changed.
+    pub(crate) fn set_down_flags(
+        &mut self,
+        local_down: bool,
+        peer_down: bool,
+    ) -> Option<LinkState> {
+        self.local_down = local_down;
+        self.peer_down = peer_down;
+        let old = self.state;
+        let new = if local_down || peer_down {
+            LinkState::Down
+        } else if old == LinkState::Down {
+            // Back from down: usable again, and measured at once.
+            LinkState::Up
+        } else {
+            old
+        };
+        self.state = new;
+        (old != new).then_some(old)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    fn link() -> Link {
+        Link::new(
+            LinkId(0),
+            LinkConfig::default(),
+            Duration::from_millis(100),
+            Instant::ZERO,
+        )
+    }
+
+    #[test]
+    fn first_sample_sets_srtt_and_min() {
+        let mut r = Rtt::new(Duration::from_millis(100));
+        r.update(Duration::from_millis(40), Duration::ZERO);
+        assert_eq!(r.srtt, Duration::from_millis(40));
+        assert_eq!(r.rttvar, Duration::from_millis(20));
+        r.update(Duration::from_millis(48), Duration::ZERO);
+        assert_eq!(r.srtt, Duration::from_millis(41));
+        assert_eq!(r.min, Duration::from_millis(40));
+    }
+
+    #[test]
+    fn rx_in_order_then_gap_counts_loss_and_late_fill_undoes_it() {
+        let mut rx = RxState::new();
+        assert!(rx.insert(0, t(0)));
+        assert!(rx.insert(1, t(1)));
+        assert!(rx.insert(4, t(2)));
+        assert_eq!(rx.lost, 2);
+        assert_eq!(rx.ranges().cloned().collect::<Vec<_>>(), vec![4..=4, 0..=1]);
+        assert!(rx.insert(2, t(3)));
+        assert!(rx.insert(3, t(3)));
+        assert_eq!(rx.lost, 0);
+        assert_eq!(rx.ranges().cloned().collect::<Vec<_>>(), vec![0..=4]);
+        assert!(!rx.insert(3, t(4)), "duplicate");
+        assert_eq!(rx.received, 5);
+    }
+
+    #[test]
+    fn rx_forgets_oldest_ranges_and_refuses_older_packets() {
+        let mut rx = RxState::new();
+        for i in 0..(MAX_RX_RANGES as u64 + 5) {
+            assert!(rx.insert(i * 2, t(i)));
+        }
+        assert_eq!(rx.ranges().count(), MAX_RX_RANGES);
+        assert!(!rx.insert(1, t(100)), "older than anything remembered");
+    }
+
+    #[test]
+    fn ack_of_largest_samples_rtt_and_clears_in_flight() {
+        let mut l = link();
+        for _ in 0..3 {
+            l.on_sent(t(0), 1000, true, None);
+        }
+        assert_eq!(l.in_flight, 3);
+        let out = l.on_ack(t(30), 2, Duration::ZERO, [0..=2].into_iter());
+        assert_eq!(out.newly_acked, 3);
+        assert_eq!(l.in_flight, 0);
+        assert_eq!(l.rtt.srtt, Duration::from_millis(30));
+    }
+
+    #[test]
+    fn ack_beyond_sent_is_ignored() {
+        let mut l = link();
+        l.on_sent(t(0), 1000, true, None);
+        let out = l.on_ack(t(30), 7, Duration::ZERO, [0..=7].into_iter());
+        assert_eq!(out.newly_acked, 0);
+        assert_eq!(l.in_flight, 1);
+    }
+
+    #[test]
+    fn packet_three_below_largest_acked_is_lost() {
+        let mut l = link();
+        for _ in 0..5 {
+            l.on_sent(t(0), 1000, true, None);
+        }
+        let out = l.on_ack(t(10), 4, Duration::ZERO, [4..=4, 2..=2].into_iter());
+        // 0 and 1 are >= 3 below 4; 3 is not yet.
+        assert_eq!(out.lost.len(), 2);
+        assert_eq!(l.in_flight, 1);
+    }
+
+    #[test]
+    fn tx_done_while_backlogged_measures_interface_rate() {
+        let mut l = link();
+        for _ in 0..3 {
+            l.on_sent(t(0), 1250, true, None);
+        }
+        // 1250 B per ms = 1.25 MB/s.
+        l.on_tx_done(t(1));
+        l.on_tx_done(t(2));
+        assert!((l.tx_rate - 1.25e6).abs() < 1.0, "{}", l.tx_rate);
+    }
+
+    #[test]
+    fn paced_link_spaces_packets() {
+        let mut c = LinkConfig::default();
+        c.pacing_rate = Some(1_000_000.0);
+        let mut l = Link::new(LinkId(0), c, Duration::from_millis(100), Instant::ZERO);
+        // The bucket starts with two packets' worth.
+        l.on_sent(t(0), 1500, true, None);
+        l.on_sent(t(0), 1500, true, None);
+        assert_eq!(
+            l.pacer.next_send(t(0), 1500),
+            t(0) + Duration::from_micros(1500)
+        );
+    }
+}

@@ -1,0 +1,369 @@
+//! The report of a run: the JSON of DESIGN.md section 4 (plus extra keys), and readable
+//! tables.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::world::{Mode, Outcome};
+
+/// Latency percentiles, milliseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyReport {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// One flow.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlowReport {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: String,
+    /// Packets (TCP: data segments) sent.
+    pub sent: u64,
+    /// Packets delivered to the receiving application.
+    pub delivered: u64,
+    /// Packets that never arrived (TCP: segments retransmitted by the sender).
+    pub lost: u64,
+    /// Packets delivered more than once.
+    pub duplicates: u64,
+    /// One-way latency of delivered packets.
+    pub latency_ms: LatencyReport,
+    /// Longest time the receiving application saw nothing while the flow was active.
+    pub max_gap_ms: f64,
+    /// Application goodput.
+    pub goodput_mbps: f64,
+    /// TCP: data segments retransmitted.
+    pub retransmitted: u64,
+    /// Application bytes delivered.
+    pub bytes_delivered: u64,
+}
+
+/// One link.
+#[derive(Clone, Debug, Serialize)]
+pub struct LinkReport {
+    /// Name.
+    pub name: String,
+    /// Packets the link accepted, both directions.
+    pub packets_sent: u64,
+    /// Packets lost on the link after acceptance (random loss, outages).
+    pub lost_on_link: u64,
+    /// Of those, lost to an outage, client -> server (what was committed to the link at
+    /// the client's side when it went away: the late-binding paper's handoff loss).
+    pub lost_at_outage_up: u64,
+    /// Of those, lost to an outage, server -> client (in the network's queue or in flight).
+    pub lost_at_outage_down: u64,
+    /// Packets refused at the sender's side of the link because its FIFO was full.
+    pub dropped_queue_full: u64,
+    /// Packets refused because the link was out.
+    pub dropped_outage: u64,
+    /// Most packets ever waiting at the client's side of the link.
+    pub max_queue_below_binding: usize,
+    /// Packets moved off this link by reinjection (not built yet: always 0).
+    pub reinjected_from: u64,
+}
+
+/// Totals.
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    /// Sum of the flows' `lost`.
+    pub lost: u64,
+    /// Reinjected packets (not built yet: always 0).
+    pub reinjected: u64,
+    /// Reinjections whose original also arrived (not built yet: always 0).
+    pub spurious_reinjections: u64,
+}
+
+/// Engine counters (mode late), both ends.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineReport {
+    /// Packets dropped or CE-marked by per-flow AQM, client + server.
+    pub aqm_dropped: u64,
+    /// Packets CE-marked by AQM.
+    pub aqm_marked: u64,
+    /// Packets dropped because a queue limit was reached.
+    pub overflow_dropped: u64,
+    /// Packets that waited in a reorder buffer.
+    pub reorder_held: u64,
+    /// Missing packets given up after the hold time.
+    pub reorder_gaps_skipped: u64,
+    /// Packets dropped because they arrived after their gap was given up.
+    pub late_dropped: u64,
+    /// Duplicate data frames dropped.
+    pub duplicate_data: u64,
+    /// Malformed datagrams dropped.
+    pub malformed: u64,
+    /// Hold time in force at the end (client, server), ms.
+    pub hold_ms: [f64; 2],
+}
+
+/// A run's report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// late | early.
+    pub mode: String,
+    /// Seed.
+    pub seed: u64,
+    /// Label of the variant (for comparisons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Flows, in scenario order.
+    pub flows: Vec<FlowReport>,
+    /// Links, in scenario order.
+    pub links: Vec<LinkReport>,
+    /// Totals.
+    pub totals: Totals,
+    /// Engine counters (mode late).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineReport>,
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl Report {
+    /// Builds the report of a finished run.
+    pub fn new(name: &str, seed: u64, link_names: &[String], outcome: &Outcome) -> Self {
+        let flows: Vec<FlowReport> = outcome
+            .flows
+            .iter()
+            .map(|f| {
+                let r = f.report(outcome.end);
+                FlowReport {
+                    name: r.name,
+                    kind: r.kind.to_string(),
+                    sent: r.sent,
+                    delivered: r.delivered,
+                    lost: r.lost,
+                    duplicates: r.duplicates,
+                    latency_ms: LatencyReport {
+                        p50: round3(r.latency_ms.p50),
+                        p99: round3(r.latency_ms.p99),
+                        max: round3(r.latency_ms.max),
+                    },
+                    max_gap_ms: round3(r.max_gap_ms),
+                    goodput_mbps: round3(r.goodput_mbps),
+                    retransmitted: r.retransmitted,
+                    bytes_delivered: r.bytes_delivered,
+                }
+            })
+            .collect();
+        let links = outcome
+            .links
+            .iter()
+            .zip(link_names)
+            .map(|(t, name)| LinkReport {
+                name: name.clone(),
+                packets_sent: t.packets_sent,
+                lost_on_link: t.lost_on_link,
+                lost_at_outage_up: t.lost_at_outage_up,
+                lost_at_outage_down: t.lost_at_outage_down,
+                dropped_queue_full: t.dropped_queue_full,
+                dropped_outage: t.dropped_outage,
+                max_queue_below_binding: t.max_queue_below_binding,
+                reinjected_from: 0,
+            })
+            .collect();
+        let engine = outcome.engines.as_ref().map(|(c, s)| {
+            let (cs, ss) = (c.stats(), s.stats());
+            EngineReport {
+                aqm_dropped: cs.queues.aqm_dropped + ss.queues.aqm_dropped,
+                aqm_marked: cs.queues.aqm_marked + ss.queues.aqm_marked,
+                overflow_dropped: cs.queues.overflow_dropped + ss.queues.overflow_dropped,
+                reorder_held: cs.reorder.held + ss.reorder.held,
+                reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
+                late_dropped: cs.reorder.late_dropped + ss.reorder.late_dropped,
+                duplicate_data: cs.duplicate_data + ss.duplicate_data,
+                malformed: cs.malformed + ss.malformed,
+                hold_ms: [
+                    round3(c.hold_time().as_secs_f64() * 1e3),
+                    round3(s.hold_time().as_secs_f64() * 1e3),
+                ],
+            }
+        });
+        Self {
+            scenario: name.to_owned(),
+            mode: outcome.mode.name().to_owned(),
+            seed,
+            label: None,
+            totals: Totals {
+                lost: flows.iter().map(|f| f.lost).sum(),
+                reinjected: 0,
+                spurious_reinjections: 0,
+            },
+            flows,
+            links,
+            engine,
+        }
+    }
+
+    /// A readable table of one run.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "scenario {}  mode {}  seed {}",
+            self.scenario, self.mode, self.seed
+        );
+        let _ = writeln!(
+            s,
+            "{:<12} {:<10} {:>8} {:>9} {:>6} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "flow",
+            "kind",
+            "sent",
+            "delivered",
+            "lost",
+            "dup",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "gap ms",
+            "Mbit/s"
+        );
+        for f in &self.flows {
+            let _ = writeln!(
+                s,
+                "{:<12} {:<10} {:>8} {:>9} {:>6} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.1} {:>8.2}",
+                f.name,
+                f.kind,
+                f.sent,
+                f.delivered,
+                f.lost,
+                f.duplicates,
+                f.latency_ms.p50,
+                f.latency_ms.p99,
+                f.latency_ms.max,
+                f.max_gap_ms,
+                f.goodput_mbps
+            );
+        }
+        let _ = writeln!(
+            s,
+            "{:<12} {:>8} {:>9} {:>14} {:>10} {:>10}",
+            "link", "sent", "lost", "outage up/down", "fifo full", "max below"
+        );
+        for l in &self.links {
+            let _ = writeln!(
+                s,
+                "{:<12} {:>8} {:>9} {:>14} {:>10} {:>10}",
+                l.name,
+                l.packets_sent,
+                l.lost_on_link,
+                format!("{}/{}", l.lost_at_outage_up, l.lost_at_outage_down),
+                l.dropped_queue_full,
+                l.max_queue_below_binding
+            );
+        }
+        s
+    }
+}
+
+/// Runs side by side: one row per figure, one column per run.
+pub fn compare_table(reports: &[Report]) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let col = |f: &dyn Fn(&Report) -> String| reports.iter().map(f).collect::<Vec<_>>();
+    rows.push(("mode".into(), col(&|r| r.mode.clone())));
+    for (i, f) in first.flows.iter().enumerate() {
+        let n = &f.name;
+        let flow = move |r: &Report| r.flows[i].clone();
+        rows.push((
+            format!("{n}: delivered/sent"),
+            col(&|r| format!("{}/{}", flow(r).delivered, flow(r).sent)),
+        ));
+        rows.push((format!("{n}: lost"), col(&|r| flow(r).lost.to_string())));
+        rows.push((
+            format!("{n}: latency p50 ms"),
+            col(&|r| format!("{:.2}", flow(r).latency_ms.p50)),
+        ));
+        rows.push((
+            format!("{n}: latency p99 ms"),
+            col(&|r| format!("{:.2}", flow(r).latency_ms.p99)),
+        ));
+        rows.push((
+            format!("{n}: max gap ms"),
+            col(&|r| format!("{:.1}", flow(r).max_gap_ms)),
+        ));
+        rows.push((
+            format!("{n}: goodput Mbit/s"),
+            col(&|r| format!("{:.2}", flow(r).goodput_mbps)),
+        ));
+    }
+    for (i, l) in first.links.iter().enumerate() {
+        let n = &l.name;
+        let link = move |r: &Report| r.links[i].clone();
+        rows.push((
+            format!("{n}: lost at outage, up"),
+            col(&|r| link(r).lost_at_outage_up.to_string()),
+        ));
+        rows.push((
+            format!("{n}: lost at outage, down"),
+            col(&|r| link(r).lost_at_outage_down.to_string()),
+        ));
+        rows.push((
+            format!("{n}: lost on link"),
+            col(&|r| link(r).lost_on_link.to_string()),
+        ));
+        rows.push((
+            format!("{n}: FIFO-full drops"),
+            col(&|r| link(r).dropped_queue_full.to_string()),
+        ));
+        rows.push((
+            format!("{n}: max below binding"),
+            col(&|r| link(r).max_queue_below_binding.to_string()),
+        ));
+    }
+    let headers: Vec<String> = reports
+        .iter()
+        .map(|r| r.label.clone().unwrap_or_else(|| r.mode.clone()))
+        .collect();
+    let w0 = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0).max(8);
+    let widths: Vec<usize> = (0..reports.len())
+        .map(|c| {
+            rows.iter()
+                .map(|(_, v)| v[c].len())
+                .chain([headers[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut s = String::new();
+    let _ = writeln!(s, "scenario {}  seed {}", first.scenario, first.seed);
+    let _ = write!(s, "{:<w0$}", "");
+    for (h, w) in headers.iter().zip(&widths) {
+        let _ = write!(s, "  {h:>w$}");
+    }
+    s.push('\n');
+    for (k, v) in &rows {
+        let _ = write!(s, "{k:<w0$}");
+        for (x, w) in v.iter().zip(&widths) {
+            let _ = write!(s, "  {x:>w$}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Runs `scenario` in `mode` and reports.
+pub fn run(scenario: &crate::Scenario, mode: Mode) -> Result<Report, crate::ScenarioError> {
+    let world = crate::World::new(scenario, mode)?;
+    let outcome = world.run();
+    let names: Vec<String> = scenario.spec.links.iter().map(|l| l.name.clone()).collect();
+    Ok(Report::new(
+        &scenario.spec.scenario.name,
+        scenario.spec.scenario.seed,
+        &names,
+        &outcome,
+    ))
+}

@@ -1,0 +1,611 @@
+//! The scenario contract v1 (DESIGN.md section 4): TOML in, validated typed scenario out.
+//!
+//! Unknown keys are errors (a typo must not silently fall back to a default), and every
+//! range error names the key, the value and what is expected.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// A scenario file that could not be used.
+#[derive(Debug, Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Not valid TOML or not of the scenario's shape.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (it names the key and the line).
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{path}: {key} = {value}: expected {expected}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key, with its table path (`links[1].loss`).
+        key: String,
+        /// The value given.
+        value: String,
+        /// What the key accepts.
+        expected: String,
+    },
+    /// A trace file could not be loaded.
+    #[error("{path}: {key}: trace {trace}: {message}")]
+    Trace {
+        /// The scenario file.
+        path: PathBuf,
+        /// The key naming the trace.
+        key: String,
+        /// The trace file.
+        trace: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A `--set` override that does not apply.
+    #[error("--set {0}: expected KEY=VALUE with a dotted key such as late.budget_packets=4")]
+    Override(String),
+}
+
+/// `[scenario]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    /// Name used in reports.
+    pub name: String,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// Seed of every random draw.
+    #[serde(default = "one")]
+    pub seed: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `[[links]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Name used in reports.
+    pub name: String,
+    /// Fixed rate, both directions.
+    pub rate_mbps: Option<f64>,
+    /// Mahimahi trace for both directions (relative to the scenario file).
+    pub trace: Option<PathBuf>,
+    /// Uplink trace.
+    pub trace_up: Option<PathBuf>,
+    /// Downlink trace.
+    pub trace_down: Option<PathBuf>,
+    /// One-way propagation delay.
+    #[serde(default)]
+    pub delay_ms: f64,
+    /// Jitter of the one-way delay (uniform within +/- jitter, links never reorder).
+    #[serde(default)]
+    pub jitter_ms: f64,
+    /// Random loss probability per packet.
+    #[serde(default)]
+    pub loss: f64,
+    /// Buffer at the link's bottleneck, packets.
+    #[serde(default = "default_queue")]
+    pub queue_packets: usize,
+    /// `[start_s, end_s)` intervals during which the link carries nothing.
+    #[serde(default)]
+    pub outages: Vec<[f64; 2]>,
+}
+
+fn default_queue() -> usize {
+    1000
+}
+
+/// `[[flows]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowToml {
+    /// Name used in reports.
+    pub name: String,
+    /// tcp-bulk | udp-cbr | udp-burst | urgent.
+    pub kind: String,
+    /// up | down.
+    #[serde(default = "default_direction")]
+    pub direction: String,
+    /// Start time.
+    #[serde(default)]
+    pub start_s: f64,
+    /// Stop time (default: the scenario's end).
+    pub stop_s: Option<f64>,
+    /// udp-cbr rate.
+    pub rate_mbps: Option<f64>,
+    /// IP packet size (UDP kinds) or IP MTU (tcp-bulk).
+    pub packet_bytes: Option<usize>,
+    /// udp-burst / urgent packet count.
+    pub count: Option<u64>,
+    /// DSCP (urgent flows default to EF, 46).
+    pub dscp: Option<u8>,
+}
+
+fn default_direction() -> String {
+    "up".into()
+}
+
+/// `[late]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LateKnobs {
+    /// Packets per link below the binding point.
+    #[serde(default = "two")]
+    pub budget_packets: usize,
+    /// Default binding policy.
+    #[serde(default = "min_rtt")]
+    pub policy: String,
+}
+
+fn two() -> usize {
+    2
+}
+
+fn min_rtt() -> String {
+    "min-rtt".into()
+}
+
+impl Default for LateKnobs {
+    fn default() -> Self {
+        Self {
+            budget_packets: 2,
+            policy: min_rtt(),
+        }
+    }
+}
+
+/// `[early]`: the Linux default latebind replaces.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EarlyKnobs {
+    /// qdisc FIFO length, packets.
+    #[serde(default = "thousand")]
+    pub qdisc_packets: usize,
+    /// Driver buffer, packets.
+    #[serde(default = "fifty")]
+    pub driver_packets: usize,
+}
+
+fn thousand() -> usize {
+    1000
+}
+
+fn fifty() -> usize {
+    50
+}
+
+impl Default for EarlyKnobs {
+    fn default() -> Self {
+        Self {
+            qdisc_packets: 1000,
+            driver_packets: 50,
+        }
+    }
+}
+
+/// `[[variants]]`: the runs `latebind sim --compare` puts side by side.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    /// Column label.
+    pub label: String,
+    /// late | early.
+    pub mode: String,
+    /// Dotted-key overrides, as `--set` takes them.
+    #[serde(default)]
+    pub set: toml::Table,
+}
+
+/// A scenario as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioToml {
+    /// `[scenario]`.
+    pub scenario: Meta,
+    /// `[[links]]`.
+    pub links: Vec<LinkSpec>,
+    /// `[[flows]]`.
+    #[serde(default)]
+    pub flows: Vec<FlowToml>,
+    /// `[late]`.
+    #[serde(default)]
+    pub late: LateKnobs,
+    /// `[early]`.
+    #[serde(default)]
+    pub early: EarlyKnobs,
+    /// `[[variants]]`.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+}
+
+/// A loaded scenario: the parsed file, its path, and the raw TOML for overrides.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Parsed and validated.
+    pub spec: ScenarioToml,
+    /// Where it came from (trace paths are relative to its folder).
+    pub path: PathBuf,
+    raw: toml::Table,
+}
+
+impl Scenario {
+    /// Reads, parses and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_str(&text, path)
+    }
+
+    /// Parses and validates scenario text; `path` names it in errors and anchors traces.
+    pub fn from_str(text: &str, path: &Path) -> Result<Self, ScenarioError> {
+        let raw: toml::Table = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::from_table(raw, path)
+    }
+
+    fn from_table(raw: toml::Table, path: &Path) -> Result<Self, ScenarioError> {
+        let spec: ScenarioToml =
+            raw.clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| ScenarioError::Parse {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                })?;
+        let s = Self {
+            spec,
+            path: path.to_owned(),
+            raw,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// A copy with dotted-key overrides applied (`late.budget_packets=4`,
+    /// `links.0.loss=0.01`). Values are TOML (`4`, `0.5`, `"min-rtt"`, `[[6.0, 7.0]]`).
+    pub fn with_overrides<'a>(
+        &self,
+        sets: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, ScenarioError> {
+        let mut raw = self.raw.clone();
+        for set in sets {
+            let (key, value) = set
+                .split_once('=')
+                .ok_or_else(|| ScenarioError::Override(set.to_owned()))?;
+            let value =
+                parse_value(value.trim()).ok_or_else(|| ScenarioError::Override(set.to_owned()))?;
+            apply(&mut raw, key.trim(), value)
+                .ok_or_else(|| ScenarioError::Override(set.to_owned()))?;
+        }
+        Self::from_table(raw, &self.path)
+    }
+
+    /// A copy with a variant's overrides applied.
+    pub fn with_variant(&self, v: &Variant) -> Result<Self, ScenarioError> {
+        let sets: Vec<String> = v.set.iter().map(|(k, val)| format!("{k}={val}")).collect();
+        self.with_overrides(sets.iter().map(String::as_str))
+    }
+
+    fn invalid(&self, key: String, value: impl ToString, expected: &str) -> ScenarioError {
+        ScenarioError::Invalid {
+            path: self.path.clone(),
+            key,
+            value: value.to_string(),
+            expected: expected.to_owned(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ScenarioError> {
+        let s = &self.spec;
+        let dur = s.scenario.duration_s;
+        if !(dur.is_finite() && dur > 0.0 && dur <= 86_400.0) {
+            return Err(self.invalid(
+                "scenario.duration_s".into(),
+                dur,
+                "seconds, above 0 and at most 86400",
+            ));
+        }
+        if s.links.is_empty() {
+            return Err(self.invalid("links".into(), "[]", "at least one [[links]] table"));
+        }
+        if s.links.len() > 64 {
+            return Err(self.invalid("links".into(), s.links.len(), "at most 64 links"));
+        }
+        for (i, l) in s.links.iter().enumerate() {
+            let k = |f: &str| format!("links[{i}].{f}");
+            let has_trace = l.trace.is_some() || l.trace_up.is_some() || l.trace_down.is_some();
+            match l.rate_mbps {
+                Some(r) if !(r.is_finite() && r > 0.0 && r <= 100_000.0) => {
+                    return Err(self.invalid(
+                        k("rate_mbps"),
+                        r,
+                        "Mbit/s above 0 and at most 100000",
+                    ));
+                }
+                None if !has_trace => {
+                    return Err(self.invalid(
+                        k("rate_mbps"),
+                        "(missing)",
+                        "a rate in Mbit/s, or trace / trace_up and trace_down",
+                    ));
+                }
+                _ => {}
+            }
+            if l.trace.is_some() && (l.trace_up.is_some() || l.trace_down.is_some()) {
+                return Err(self.invalid(
+                    k("trace"),
+                    "together with trace_up/trace_down",
+                    "either trace or trace_up and trace_down",
+                ));
+            }
+            if l.rate_mbps.is_none()
+                && l.trace.is_none()
+                && (l.trace_up.is_none() || l.trace_down.is_none())
+            {
+                return Err(self.invalid(
+                    k("trace_up"),
+                    "only one direction",
+                    "both trace_up and trace_down, or rate_mbps",
+                ));
+            }
+            for (name, v) in [("delay_ms", l.delay_ms), ("jitter_ms", l.jitter_ms)] {
+                if !(v.is_finite() && (0.0..=60_000.0).contains(&v)) {
+                    return Err(self.invalid(k(name), v, "milliseconds from 0 to 60000"));
+                }
+            }
+            if !(0.0..=1.0).contains(&l.loss) {
+                return Err(self.invalid(k("loss"), l.loss, "a probability between 0 and 1"));
+            }
+            if l.queue_packets == 0 {
+                return Err(self.invalid(k("queue_packets"), 0, "at least 1 packet"));
+            }
+            for (j, [a, b]) in l.outages.iter().enumerate() {
+                if !(a.is_finite() && *a >= 0.0 && b > a) {
+                    return Err(self.invalid(
+                        format!("links[{i}].outages[{j}]"),
+                        format!("[{a}, {b}]"),
+                        "[start_s, end_s) with 0 <= start_s < end_s",
+                    ));
+                }
+            }
+        }
+        for (i, f) in s.flows.iter().enumerate() {
+            let k = |x: &str| format!("flows[{i}].{x}");
+            if !["tcp-bulk", "udp-cbr", "udp-burst", "urgent"].contains(&f.kind.as_str()) {
+                return Err(self.invalid(
+                    k("kind"),
+                    format!("{:?}", f.kind),
+                    "one of tcp-bulk, udp-cbr, udp-burst, urgent",
+                ));
+            }
+            if !["up", "down"].contains(&f.direction.as_str()) {
+                return Err(self.invalid(
+                    k("direction"),
+                    format!("{:?}", f.direction),
+                    "up or down",
+                ));
+            }
+            let stop = f.stop_s.unwrap_or(dur);
+            if !(f.start_s.is_finite() && f.start_s >= 0.0 && f.start_s <= dur) {
+                return Err(self.invalid(
+                    k("start_s"),
+                    f.start_s,
+                    "seconds within the scenario's duration",
+                ));
+            }
+            if !(stop.is_finite() && stop >= f.start_s) {
+                return Err(self.invalid(k("stop_s"), stop, "seconds, not before start_s"));
+            }
+            match (f.kind.as_str(), f.rate_mbps) {
+                ("udp-cbr", None) => {
+                    return Err(self.invalid(
+                        k("rate_mbps"),
+                        "(missing)",
+                        "a rate in Mbit/s for udp-cbr",
+                    ));
+                }
+                (_, Some(r)) if !(r.is_finite() && r > 0.0 && r <= 100_000.0) => {
+                    return Err(self.invalid(
+                        k("rate_mbps"),
+                        r,
+                        "Mbit/s above 0 and at most 100000",
+                    ));
+                }
+                _ => {}
+            }
+            if let Some(b) = f.packet_bytes
+                && !(48..=9000).contains(&b)
+            {
+                return Err(self.invalid(k("packet_bytes"), b, "48 to 9000 bytes"));
+            }
+            if let Some(c) = f.count
+                && !(1..=10_000_000).contains(&c)
+            {
+                return Err(self.invalid(k("count"), c, "1 to 10000000 packets"));
+            }
+            if let Some(d) = f.dscp
+                && d > 63
+            {
+                return Err(self.invalid(k("dscp"), d, "a DSCP from 0 to 63"));
+            }
+        }
+        if !(1..=1024).contains(&s.late.budget_packets) {
+            return Err(self.invalid(
+                "late.budget_packets".into(),
+                s.late.budget_packets,
+                "a whole number of packets from 1 to 1024",
+            ));
+        }
+        if s.late.policy != "min-rtt" {
+            return Err(self.invalid(
+                "late.policy".into(),
+                format!("{:?}", s.late.policy),
+                "min-rtt (aggregate, overflow and redundant are not built yet)",
+            ));
+        }
+        if s.early.qdisc_packets + s.early.driver_packets == 0 {
+            return Err(self.invalid(
+                "early.driver_packets".into(),
+                0,
+                "at least 1 packet in qdisc_packets + driver_packets",
+            ));
+        }
+        for (i, v) in s.variants.iter().enumerate() {
+            if !["late", "early"].contains(&v.mode.as_str()) {
+                return Err(self.invalid(
+                    format!("variants[{i}].mode"),
+                    format!("{:?}", v.mode),
+                    "late or early",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a trace path relative to the scenario file's folder.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            return p.to_owned();
+        }
+        self.path.parent().unwrap_or(Path::new(".")).join(p)
+    }
+}
+
+fn parse_value(text: &str) -> Option<toml::Value> {
+    let wrapped: toml::Table = toml::from_str(&format!("v = {text}"))
+        .or_else(|_| toml::from_str(&format!("v = \"{text}\"")))
+        .ok()?;
+    wrapped.get("v").cloned()
+}
+
+/// Sets `a.b.c` in a table; numeric parts index arrays (`links.0.loss`).
+fn apply(table: &mut toml::Table, key: &str, value: toml::Value) -> Option<()> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let (last, path) = parts.split_last()?;
+    let mut cur: &mut toml::Value = table.get_mut(*path.first()?)?;
+    if path.is_empty() {
+        return None;
+    }
+    for p in &path[1..] {
+        cur = match cur {
+            toml::Value::Table(t) => t.get_mut(*p)?,
+            toml::Value::Array(a) => a.get_mut(p.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    match cur {
+        toml::Value::Table(t) => {
+            t.insert((*last).to_owned(), value);
+        }
+        toml::Value::Array(a) => *a.get_mut(last.parse::<usize>().ok()?)? = value,
+        _ => return None,
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[scenario]
+name = "t"
+duration_s = 2.0
+
+[[links]]
+name = "a"
+rate_mbps = 10.0
+delay_ms = 20.0
+
+[[flows]]
+name = "f"
+kind = "udp-cbr"
+rate_mbps = 1.0
+"#;
+
+    fn load(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::from_str(text, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn minimal_scenario_gets_defaults() {
+        let s = load(MINIMAL).unwrap();
+        assert_eq!(s.spec.scenario.seed, 1);
+        assert_eq!(s.spec.links[0].queue_packets, 1000);
+        assert_eq!(s.spec.late.budget_packets, 2);
+        assert_eq!(s.spec.early.qdisc_packets, 1000);
+    }
+
+    #[test]
+    fn bad_loss_names_key_value_and_expectation() {
+        let e = load(&MINIMAL.replace("delay_ms = 20.0", "delay_ms = 20.0\nloss = 1.5"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "t.toml: links[0].loss = 1.5: expected a probability between 0 and 1"
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_name() {
+        let e = load(&MINIMAL.replace("delay_ms", "delay_msec"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("delay_msec"), "{e}");
+    }
+
+    #[test]
+    fn unknown_kind_lists_valid_kinds() {
+        let e = load(&MINIMAL.replace("udp-cbr", "udp-cbrr"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("flows[0].kind = \"udp-cbrr\": expected one of tcp-bulk"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_rate_and_trace_rejected() {
+        let e = load(&MINIMAL.replace("rate_mbps = 10.0", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("links[0].rate_mbps = (missing)"), "{e}");
+    }
+
+    #[test]
+    fn overrides_apply_dotted_keys_and_revalidate() {
+        let s = load(MINIMAL).unwrap();
+        let t = s
+            .with_overrides(["late.budget_packets=4", "links.0.loss=0.25"])
+            .unwrap();
+        assert_eq!(t.spec.late.budget_packets, 4);
+        assert_eq!(t.spec.links[0].loss, 0.25);
+        let e = s
+            .with_overrides(["late.budget_packets=0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("late.budget_packets = 0"), "{e}");
+        assert!(matches!(
+            s.with_overrides(["nonsense"]),
+            Err(ScenarioError::Override(_))
+        ));
+    }
+}

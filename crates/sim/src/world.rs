@@ -1,0 +1,606 @@
+//! The deterministic discrete-event simulator: two endpoints, the scenario's links, and
+//! the scenario's flows, in virtual time.
+//!
+//! Each step takes the earliest pending time of any component (link directions, flows,
+//! endpoints; ties resolved by a fixed component order), then lets every component act at
+//! that instant until nothing more happens. Nothing reads a clock or an unseeded random
+//! source, and no decision iterates a hash map, so a run is a pure function of the
+//! scenario and the seed.
+//!
+//! Topology per scenario link: an uplink direction (client -> server) whose bottleneck
+//! queue sits at the client, so the client's sender sees its departures (the late-binding
+//! paper's interface and driver buffer); and a downlink direction whose bottleneck queue
+//! sits in the network in front of the client (a base station), which the server cannot
+//! see: the server's datagrams leave its host at once.
+//!
+//! Modes:
+//! - `late`: latebind engines at both ends; the client's engine is told at once when a
+//!   link's outage starts or ends (its interface goes down / up).
+//! - `early`: the Linux default. A packet is bound to the current route's interface when
+//!   it enters that interface's FIFO of `qdisc_packets + driver_packets`; when the
+//!   interface goes down, the FIFO's contents are lost and the route moves to the
+//!   lowest-numbered link that is up (and back when the first link returns). The server
+//!   follows the client's route at once (an optimistic baseline). A full FIFO tail-drops
+//!   UDP, but pushes back on TCP: Linux answers a full qdisc with NET_XMIT_DROP, TCP keeps
+//!   the segment in its write queue (above the binding point) and reduces its window, so
+//!   the sender waits instead of losing data. The simulator models that by not taking
+//!   packets from a TCP sender while the route's FIFO is full.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use core::time::Duration;
+
+use latebind_linkmodel::{DropReason, LinkDirection, LinkEvent, LinkParams, Rate, Trace};
+use latebind_proto::{Config, Endpoint, LinkChange, LinkConfig, LinkId, Role};
+use latebind_traffic::{Direction, Flow, FlowKind, FlowSpec, Side};
+
+use crate::scenario::{Scenario, ScenarioError};
+
+/// Which stack the endpoints run.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Mode {
+    /// latebind.
+    Late,
+    /// Linux early binding.
+    Early,
+}
+
+impl Mode {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Late => "late",
+            Self::Early => "early",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "late" => Ok(Self::Late),
+            "early" => Ok(Self::Early),
+            other => Err(format!(
+                "mode {other:?}: expected late or early (mptcp runs only in the lab)"
+            )),
+        }
+    }
+}
+
+/// Per-link measurements the simulator takes itself (it trusts no endpoint's self-report).
+#[derive(Clone, Debug, Default)]
+pub struct LinkTally {
+    /// Packets accepted by the link, both directions.
+    pub packets_sent: u64,
+    /// Packets lost on the link after acceptance (random loss, outage).
+    pub lost_on_link: u64,
+    /// Of those, lost because of an outage, client -> server.
+    pub lost_at_outage_up: u64,
+    /// Of those, lost because of an outage, server -> client.
+    pub lost_at_outage_down: u64,
+    /// Packets refused at the sender's side because its queue was full.
+    pub dropped_queue_full: u64,
+    /// Packets refused because the link was out.
+    pub dropped_outage: u64,
+    /// Most packets ever waiting at the client's side of the uplink (queued or being
+    /// serialized): what is below the binding point in mode late, the qdisc and driver
+    /// FIFO in mode early.
+    pub max_queue_below_binding: usize,
+}
+
+/// A finished run, ready for the report.
+pub struct Outcome {
+    /// The mode.
+    pub mode: Mode,
+    /// End of the run.
+    pub end: Duration,
+    /// The flows, with their own accounting.
+    pub flows: Vec<Flow>,
+    /// Per-link tallies, in scenario order.
+    pub links: Vec<LinkTally>,
+    /// The engines (mode late): client, server.
+    pub engines: Option<(Endpoint, Endpoint)>,
+    /// Steps the event loop took.
+    pub steps: u64,
+}
+
+struct SimLink {
+    up: LinkDirection<Vec<u8>>,
+    down: LinkDirection<Vec<u8>>,
+    tally: LinkTally,
+    out: bool,
+}
+
+/// The simulator.
+pub struct World {
+    mode: Mode,
+    now: Duration,
+    end: Duration,
+    links: Vec<SimLink>,
+    flows: Vec<Flow>,
+    /// (protocol, destination port) -> flow index, for early mode's delivery.
+    demux: HashMap<(u8, u16), usize>,
+    client: Option<Endpoint>,
+    server: Option<Endpoint>,
+    route: usize,
+    early_capacity: usize,
+    buf: Vec<u8>,
+    steps: u64,
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+fn seed_for(seed: u64, link: usize, dir: u64) -> u64 {
+    // splitmix64 of (seed, link, direction): independent streams per link direction.
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(link as u64 * 2 + dir + 1));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn now_i(d: Duration) -> latebind_proto::Instant {
+    latebind_proto::Instant::from_duration(d)
+}
+
+impl World {
+    /// Builds the world for `scenario` in `mode`, loading any traces.
+    pub fn new(scenario: &Scenario, mode: Mode) -> Result<Self, ScenarioError> {
+        let spec = &scenario.spec;
+        let seed = spec.scenario.seed;
+        let end = secs(spec.scenario.duration_s);
+        let early_capacity = spec.early.qdisc_packets + spec.early.driver_packets;
+        let mut traces: HashMap<std::path::PathBuf, Arc<Trace>> = HashMap::new();
+        let mut load = |key: String, p: &std::path::Path| -> Result<Arc<Trace>, ScenarioError> {
+            let path = scenario.resolve(p);
+            if let Some(t) = traces.get(&path) {
+                return Ok(t.clone());
+            }
+            let err = |message: String| ScenarioError::Trace {
+                path: scenario.path.clone(),
+                key: key.clone(),
+                trace: path.clone(),
+                message,
+            };
+            let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
+            let t = Arc::new(Trace::parse(&text).map_err(|e| err(e.to_string()))?);
+            traces.insert(path, t.clone());
+            Ok(t)
+        };
+        let mut links = Vec::new();
+        for (i, l) in spec.links.iter().enumerate() {
+            let mut rate =
+                |trace: Option<&std::path::PathBuf>, key: &str| -> Result<Rate, ScenarioError> {
+                    match (trace.or(l.trace.as_ref()), l.rate_mbps) {
+                        (Some(p), _) => {
+                            let k = if trace.is_some() { key } else { "trace" };
+                            Ok(Rate::Trace(load(format!("links[{i}].{k}"), p)?))
+                        }
+                        (None, Some(r)) => Ok(Rate::Fixed {
+                            bits_per_sec: r * 1e6,
+                        }),
+                        (None, None) => unreachable!("validated: rate or trace"),
+                    }
+                };
+            let rate_up = rate(l.trace_up.as_ref(), "trace_up")?;
+            let rate_down = rate(l.trace_down.as_ref(), "trace_down")?;
+            let outages: Vec<(Duration, Duration)> = l
+                .outages
+                .iter()
+                .map(|[a, b]| (secs(*a), secs(*b)))
+                .collect();
+            let params = |rate: Rate, queue: usize, drop_in_flight: bool| LinkParams {
+                rate,
+                delay: Duration::from_secs_f64(l.delay_ms / 1e3),
+                jitter: Duration::from_secs_f64(l.jitter_ms / 1e3),
+                loss: l.loss,
+                queue_packets: queue,
+                outages: outages.clone(),
+                drop_in_flight_on_outage: drop_in_flight,
+            };
+            // In early mode the client's FIFO in front of its interface is Linux's
+            // qdisc + driver buffer; in late mode it is the link's own queue, of which the
+            // engine uses only its budget.
+            let up_queue = match mode {
+                Mode::Early => early_capacity,
+                Mode::Late => l.queue_packets,
+            };
+            let up = LinkDirection::new(
+                params(rate_up, up_queue, false),
+                seed_for(seed, i, 0),
+                Duration::ZERO,
+            );
+            let down = LinkDirection::new(
+                params(rate_down, l.queue_packets, true),
+                seed_for(seed, i, 1),
+                Duration::ZERO,
+            );
+            links.push(SimLink {
+                up,
+                down,
+                tally: LinkTally::default(),
+                out: false,
+            });
+        }
+        let mut flows = Vec::new();
+        let mut demux = HashMap::new();
+        for (i, f) in spec.flows.iter().enumerate() {
+            let kind: FlowKind =
+                f.kind
+                    .parse()
+                    .map_err(
+                        |e: latebind_traffic::ParseFlowKindError| ScenarioError::Invalid {
+                            path: scenario.path.clone(),
+                            key: format!("flows[{i}].kind"),
+                            value: f.kind.clone(),
+                            expected: e.to_string(),
+                        },
+                    )?;
+            let index = u16::try_from(i).unwrap_or(u16::MAX);
+            let default_bytes = if kind == FlowKind::Urgent { 100 } else { 1400 };
+            let default_count = match kind {
+                FlowKind::UdpBurst => 1000,
+                _ => 1,
+            };
+            let default_dscp = if kind == FlowKind::Urgent { 46 } else { 0 };
+            let spec = FlowSpec {
+                name: f.name.clone(),
+                kind,
+                direction: if f.direction == "down" {
+                    Direction::Down
+                } else {
+                    Direction::Up
+                },
+                start: secs(f.start_s),
+                stop: secs(f.stop_s.unwrap_or(spec.scenario.duration_s)),
+                rate_bps: f.rate_mbps.unwrap_or(0.0) * 1e6,
+                packet_bytes: f.packet_bytes.unwrap_or(default_bytes),
+                count: f.count.unwrap_or(default_count),
+                dscp: f.dscp.unwrap_or(default_dscp),
+                index,
+            };
+            let proto = if kind == FlowKind::TcpBulk { 6 } else { 17 };
+            demux.insert((proto, 10_000 + index), i);
+            demux.insert((proto, 20_000 + index), i);
+            flows.push(Flow::new(spec));
+        }
+        let (client, server) = match mode {
+            Mode::Early => (None, None),
+            Mode::Late => {
+                let mut cc = Config::new(Role::Client);
+                cc.budget_packets(spec.late.budget_packets);
+                let mut sc = Config::new(Role::Server);
+                sc.budget_packets(spec.late.budget_packets);
+                let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
+                    ScenarioError::Invalid {
+                        path: scenario.path.clone(),
+                        key: format!("late.{}", e.key),
+                        value: e.value,
+                        expected: e.expected.to_owned(),
+                    }
+                })?;
+                let mut s =
+                    Endpoint::new(sc, now_i(Duration::ZERO)).expect("same config validated");
+                for i in 0..links.len() {
+                    let id = LinkId(i as u16);
+                    c.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
+                    s.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
+                }
+                (Some(c), Some(s))
+            }
+        };
+        Ok(Self {
+            mode,
+            now: Duration::ZERO,
+            end,
+            links,
+            flows,
+            demux,
+            client,
+            server,
+            route: 0,
+            early_capacity,
+            buf: Vec::with_capacity(2048),
+            steps: 0,
+        })
+    }
+
+    /// Runs to the scenario's end.
+    pub fn run(mut self) -> Outcome {
+        loop {
+            let next = self.next_time();
+            let Some(next) = next else { break };
+            if next > self.end {
+                break;
+            }
+            // Components may ask for a time already reached while they wait for an input;
+            // never go back, and move on by a microsecond when nothing can happen now.
+            let t = if next <= self.now && self.steps > 0 {
+                self.now + Duration::from_micros(1)
+            } else {
+                next.max(self.now)
+            };
+            self.now = t;
+            self.step();
+            self.steps += 1;
+        }
+        self.now = self.end;
+        Outcome {
+            mode: self.mode,
+            end: self.end,
+            flows: self.flows,
+            links: self.links.into_iter().map(|l| l.tally).collect(),
+            engines: self.client.zip(self.server),
+            steps: self.steps,
+        }
+    }
+
+    fn next_time(&self) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut consider = |t: Option<Duration>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n: Duration| n.min(t)));
+            }
+        };
+        for l in &self.links {
+            consider(l.up.poll_timeout());
+            consider(l.down.poll_timeout());
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            // A sender held back by a full FIFO is woken by the FIFO's departures.
+            let t = f.poll_timeout();
+            if t.is_some_and(|t| t <= self.now) && self.blocked(i, Side::Client) {
+                continue;
+            }
+            consider(t);
+        }
+        for e in [&self.client, &self.server].into_iter().flatten() {
+            consider(e.poll_timeout().map(|t| t.as_duration()));
+        }
+        next
+    }
+
+    /// Lets every component act at `self.now` until nothing more happens.
+    fn step(&mut self) {
+        let now = self.now;
+        for round in 0.. {
+            let mut progressed = false;
+            for i in 0..self.links.len() {
+                progressed |= self.drive_link(i, now);
+            }
+            for i in 0..self.flows.len() {
+                for side in [Side::Client, Side::Server] {
+                    while !self.blocked(i, side) {
+                        let Some(pkt) = self.flows[i].poll_transmit(now, side) else {
+                            break;
+                        };
+                        self.send_inner(side, pkt);
+                        progressed = true;
+                    }
+                }
+            }
+            if self.mode == Mode::Late {
+                progressed |= self.drive_engine(Side::Client, now);
+                progressed |= self.drive_engine(Side::Server, now);
+            }
+            if !progressed || round > 10_000 {
+                break;
+            }
+        }
+    }
+
+    fn drive_link(&mut self, i: usize, now: Duration) -> bool {
+        let mut progressed = false;
+        for uplink in [true, false] {
+            let l = &mut self.links[i];
+            let dir = if uplink { &mut l.up } else { &mut l.down };
+            if dir.poll_timeout().is_some_and(|t| t <= now) {
+                dir.handle_timeout(now);
+            }
+            while let Some(ev) = dir_of(&mut self.links[i], uplink).poll_event() {
+                progressed = true;
+                self.on_link_event(i, uplink, ev, now);
+            }
+        }
+        let l = &mut self.links[i];
+        l.tally.max_queue_below_binding = l.tally.max_queue_below_binding.max(l.up.backlog());
+        progressed
+    }
+
+    fn on_link_event(&mut self, i: usize, uplink: bool, ev: LinkEvent<Vec<u8>>, now: Duration) {
+        let id = LinkId(i as u16);
+        match ev {
+            LinkEvent::TxDone { .. } => {
+                if uplink && let Some(c) = self.client.as_mut() {
+                    c.handle_tx_done(now_i(now), id);
+                }
+            }
+            LinkEvent::Delivered { payload, .. } => {
+                let to = if uplink { Side::Server } else { Side::Client };
+                self.deliver(to, &payload);
+            }
+            LinkEvent::Lost { reason, .. } => {
+                let t = &mut self.links[i].tally;
+                t.lost_on_link += 1;
+                if reason == DropReason::Outage {
+                    if uplink {
+                        t.lost_at_outage_up += 1;
+                    } else {
+                        t.lost_at_outage_down += 1;
+                    }
+                }
+            }
+            LinkEvent::OutageStart { .. } => {
+                if !uplink {
+                    return;
+                }
+                self.links[i].out = true;
+                if let Some(c) = self.client.as_mut() {
+                    c.handle_link_change(now_i(now), id, LinkChange::Down);
+                }
+                self.reroute();
+            }
+            LinkEvent::OutageEnd { .. } => {
+                if !uplink {
+                    return;
+                }
+                self.links[i].out = false;
+                if let Some(c) = self.client.as_mut() {
+                    c.handle_link_change(now_i(now), id, LinkChange::Up);
+                }
+                self.reroute();
+            }
+        }
+    }
+
+    /// Whether flow `i`'s end at `side` must wait: early mode, a TCP sender at the client,
+    /// and the route's FIFO full (see the module doc).
+    fn blocked(&self, i: usize, side: Side) -> bool {
+        self.mode == Mode::Early
+            && side == Side::Client
+            && self.flows[i].spec().kind == FlowKind::TcpBulk
+            && self.links[self.route].up.queue_len() >= self.early_capacity
+    }
+
+    /// Early mode's routing: the lowest-numbered link that is up.
+    fn reroute(&mut self) {
+        if let Some(r) = self.links.iter().position(|l| !l.out) {
+            self.route = r;
+        }
+    }
+
+    fn deliver(&mut self, to: Side, payload: &[u8]) {
+        match self.mode {
+            Mode::Late => {
+                let e = match to {
+                    Side::Client => self.client.as_mut(),
+                    Side::Server => self.server.as_mut(),
+                };
+                if let Some(e) = e {
+                    e.handle_datagram(now_i(self.now), payload);
+                }
+            }
+            Mode::Early => self.deliver_inner(to, payload),
+        }
+    }
+
+    fn deliver_inner(&mut self, to: Side, packet: &[u8]) {
+        let Some(key) = dst_port(packet) else {
+            return;
+        };
+        if let Some(&f) = self.demux.get(&key) {
+            self.flows[f].handle_packet(self.now, to, packet);
+        }
+    }
+
+    /// An inner packet emitted by a flow's end at `side`.
+    fn send_inner(&mut self, side: Side, pkt: Vec<u8>) {
+        let now = self.now;
+        match self.mode {
+            Mode::Late => {
+                let e = match side {
+                    Side::Client => self.client.as_mut(),
+                    Side::Server => self.server.as_mut(),
+                };
+                if let Some(e) = e {
+                    // Refusals (not IP, too large) are counted by the engine.
+                    let _ = e.handle_tun_packet(now_i(now), &pkt);
+                }
+            }
+            Mode::Early => {
+                let r = self.route;
+                let len = pkt.len();
+                self.enqueue(r, side == Side::Client, len, pkt);
+            }
+        }
+    }
+
+    fn enqueue(&mut self, i: usize, uplink: bool, len: usize, payload: Vec<u8>) -> bool {
+        let now = self.now;
+        let l = &mut self.links[i];
+        let dir = if uplink { &mut l.up } else { &mut l.down };
+        match dir.enqueue(now, len, payload) {
+            Ok(_) => {
+                l.tally.packets_sent += 1;
+                true
+            }
+            Err((reason, _)) => {
+                match reason {
+                    DropReason::Outage => l.tally.dropped_outage += 1,
+                    _ => l.tally.dropped_queue_full += 1,
+                }
+                false
+            }
+        }
+    }
+
+    fn engine_slot(&mut self, side: Side) -> &mut Option<Endpoint> {
+        match side {
+            Side::Client => &mut self.client,
+            Side::Server => &mut self.server,
+        }
+    }
+
+    fn drive_engine(&mut self, side: Side, now: Duration) -> bool {
+        let t = now_i(now);
+        // Take the engine out while it talks to the links and flows.
+        let Some(mut e) = self.engine_slot(side).take() else {
+            return false;
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut progressed = false;
+        loop {
+            if e.poll_timeout().is_some_and(|d| d <= t) {
+                e.handle_timeout(t);
+            }
+            let mut did = false;
+            while let Some(tx) = e.poll_transmit(t, &mut buf) {
+                did = true;
+                let uplink = side == Side::Client;
+                let ok = self.enqueue_dgram(usize::from(tx.link.0), uplink, &buf[..tx.len]);
+                // The server's interface is not the bottleneck: its datagrams leave at
+                // once. A refused datagram has left the client's interface too.
+                if !uplink || !ok {
+                    e.handle_tx_done(t, tx.link);
+                }
+            }
+            while let Some(p) = e.poll_deliver() {
+                did = true;
+                self.deliver_inner(side, &p);
+                e.recycle(p);
+            }
+            while e.poll_event().is_some() {}
+            progressed |= did;
+            if !did {
+                break;
+            }
+        }
+        self.buf = buf;
+        *self.engine_slot(side) = Some(e);
+        progressed
+    }
+
+    fn enqueue_dgram(&mut self, li: usize, uplink: bool, dgram: &[u8]) -> bool {
+        if li >= self.links.len() {
+            return false;
+        }
+        self.enqueue(li, uplink, dgram.len(), dgram.to_vec())
+    }
+}
+
+fn dir_of(l: &mut SimLink, uplink: bool) -> &mut LinkDirection<Vec<u8>> {
+    if uplink { &mut l.up } else { &mut l.down }
+}
+
+/// (protocol, destination port) of an IPv4 TCP/UDP packet.
+fn dst_port(p: &[u8]) -> Option<(u8, u16)> {
+    if p.len() < 20 || p[0] >> 4 != 4 {
+        return None;
+    }
+    let ihl = usize::from(p[0] & 0x0f) * 4;
+    let port = p.get(ihl + 2..ihl + 4)?;
+    Some((p[9], u16::from_be_bytes([port[0], port[1]])))
+}
