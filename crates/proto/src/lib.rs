@@ -33,6 +33,8 @@ pub mod link;
 pub mod policy;
 mod reorder;
 pub mod time;
+#[cfg(test)]
+mod tests;
 pub mod wire;
 
 pub use config::{Config, ConfigError, LinkConfig, Role};

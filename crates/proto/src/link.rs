@@ -77,6 +77,7 @@ impl Rtt {
 
 /// The inner packet a data datagram carried, kept until acknowledged or lost.
 #[derive(Debug)]
+#[expect(dead_code, reason = "the numbers are read when packets are reinjected on another link (issue 4)")]
 pub(crate) struct SentData {
     pub(crate) payload: Vec<u8>,
     pub(crate) global_seq: u64,
@@ -437,10 +438,6 @@ impl Link {
             pacer_next: self.pacer.next_send(now, 1500),
             backup: self.config.backup,
         }
-    }
-
-    pub(crate) fn below_binding(&self) -> usize {
-        self.below.len()
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.

@@ -1,0 +1,1 @@
+//! Scenario tests on a two-engine harness (see harness.rs).
