@@ -84,6 +84,10 @@ pub struct Config {
     /// Lower bound of the timeout after which a link with unacknowledged packets is
     /// suspected dead. Default 50 ms.
     pub suspect_min: Duration,
+    /// Seed of the flow table's hash. Drivers should pass a secret random value so that
+    /// remote senders cannot aim at hash collisions; tests and the simulator pass a
+    /// fixed one. Default 0.
+    pub hash_seed: u64,
 }
 
 impl Default for Config {
@@ -111,6 +115,7 @@ impl Default for Config {
             reorder_hold_min: Duration::from_millis(1),
             reorder_limit_packets: 4096,
             suspect_min: Duration::from_millis(50),
+            hash_seed: 0,
         }
     }
 }

@@ -152,6 +152,8 @@ pub struct Endpoint {
     pool: Vec<Vec<u8>>,
     views: Vec<LinkView>,
     lost_scratch: Vec<SentPacket>,
+    /// CoDel interval in force, refreshed when RTTs or link states change.
+    codel_interval: Duration,
 }
 
 impl Endpoint {
@@ -169,7 +171,8 @@ impl Endpoint {
         config.validate()?;
         Ok(Self {
             queues: FlowQueues::new(&config),
-            reorder: Reorder::new(config.reorder_limit_packets),
+            reorder: Reorder::new(config.reorder_limit_packets, config.hash_seed),
+            codel_interval: config.codel_interval,
             next_loss_report: now + config.loss_report_interval,
             next_housekeeping: now + Duration::from_secs(1),
             config,
@@ -266,6 +269,10 @@ impl Endpoint {
     /// The CoDel interval in force: the configured floor, or `codel_rtt_factor` times the
     /// largest smoothed RTT of the links that are up, whichever is larger.
     pub fn codel_interval(&self) -> Duration {
+        self.codel_interval
+    }
+
+    fn refresh_codel_interval(&mut self) {
         let max_srtt = self
             .links
             .iter()
@@ -273,9 +280,11 @@ impl Endpoint {
             .map(|l| l.rtt.srtt)
             .max()
             .unwrap_or_default();
-        self.config
+        self.codel_interval = self
+            .config
             .codel_interval
-            .max(max_srtt.mul_f64(self.config.codel_rtt_factor))
+            .max(max_srtt.mul_f64(self.config.codel_rtt_factor));
+        self.queues.set_interval(self.codel_interval);
     }
 
     fn link(&self, id: LinkId) -> Option<&Link> {
@@ -417,7 +426,10 @@ impl Endpoint {
                     return;
                 };
                 let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
-                let out = self.links[i].on_ack(now, ack.largest, delay, ack.ranges());
+                let out = self.links[i].on_ack(now, ack.largest, delay, ack.ranges(), &mut self.pool);
+                if out.newly_acked > 0 {
+                    self.refresh_codel_interval();
+                }
                 if out.newly_acked > 0 && self.links[i].state == LinkState::Suspect {
                     self.links[i].state = LinkState::Up;
                     self.links[i].probe_backoff = 0;
@@ -596,10 +608,10 @@ impl Endpoint {
     }
 
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let announce = self.links.iter().any(|l| l.announce);
         for i in 0..self.links.len() {
             let ack_due = self.links[i].rx.ack_deadline.is_some_and(|d| d <= now);
             let ping_due = self.links[i].ping_due.is_some_and(|d| d <= now);
-            let announce = self.links.iter().any(|l| l.announce);
             if !(ack_due || ping_due || announce && self.links[i].state != LinkState::Down) {
                 continue;
             }
@@ -659,8 +671,6 @@ impl Endpoint {
             return None;
         }
         let budget = self.config.budget_packets;
-        let interval = self.codel_interval();
-        self.queues.set_interval(interval);
         let mut views = std::mem::take(&mut self.views);
         views.clear();
         views.extend(self.links.iter().map(|l| l.view(now, budget)));

@@ -92,7 +92,7 @@ pub(crate) enum Decision<T> {
 pub(crate) struct FlowQueues {
     flows: Vec<Option<Flow>>,
     free: Vec<usize>,
-    index: HashMap<FlowKey, usize>,
+    index: HashMap<FlowKey, usize, foldhash::fast::FixedState>,
     priority: VecDeque<usize>,
     new: VecDeque<usize>,
     old: VecDeque<usize>,
@@ -116,7 +116,7 @@ impl FlowQueues {
         Self {
             flows: Vec::new(),
             free: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(config.hash_seed)),
             priority: VecDeque::new(),
             new: VecDeque::new(),
             old: VecDeque::new(),

@@ -107,6 +107,9 @@ pub(crate) struct RxState {
     pub(crate) lost: u64,
 }
 
+/// Buffers kept for reuse, at most.
+pub(crate) const RECYCLE_LIMIT: usize = 4096;
+
 /// How many ranges the receive side remembers; older packet numbers count as duplicates.
 const MAX_RX_RANGES: usize = 32;
 
@@ -244,6 +247,7 @@ impl Pacer {
     }
 
     /// Earliest time a packet of `size` bytes may be sent.
+    #[inline]
     pub(crate) fn next_send(&self, now: Instant, size: usize) -> Instant {
         let Some(rate) = self.rate else {
             return now;
@@ -340,6 +344,7 @@ pub struct LinkView {
 
 impl LinkView {
     /// Whether the binding point may hand this link another packet now.
+    #[inline]
     pub fn has_room(&self, now: Instant) -> bool {
         self.state == LinkState::Up && self.below_binding < self.budget && self.pacer_next <= now
     }
@@ -422,6 +427,7 @@ impl Link {
         }
     }
 
+    #[inline]
     pub(crate) fn view(&self, now: Instant, budget: usize) -> LinkView {
         LinkView {
             id: self.id,
@@ -524,12 +530,14 @@ impl Link {
     /// Processes acknowledged ranges (highest first). Returns what was newly acknowledged
     /// and what loss detection declared lost (RFC 9002 6.1: packet threshold 3, time
     /// threshold 9/8 RTT).
+    /// Payloads of acknowledged packets go to `recycle` for reuse.
     pub(crate) fn on_ack(
         &mut self,
         now: Instant,
         largest: u64,
         ack_delay: Duration,
         ranges: impl Iterator<Item = RangeInclusive<u64>>,
+        recycle: &mut Vec<Vec<u8>>,
     ) -> AckOutcome {
         let mut out = AckOutcome::default();
         if largest >= self.next_pn {
@@ -552,6 +560,11 @@ impl Link {
                 };
                 if pn == largest {
                     rtt_sample = Some(now - p.time);
+                }
+                if let Some(d) = p.data
+                    && recycle.len() < RECYCLE_LIMIT
+                {
+                    recycle.push(d.payload);
                 }
                 self.in_flight -= 1;
                 out.newly_acked += 1;
@@ -612,10 +625,10 @@ impl Link {
         self.trim_sent();
     }
 
-    /// Declares every unacknowledged packet sent before `before` lost.
+    /// Declares every unacknowledged packet sent at or before `before` lost.
     pub(crate) fn expire_in_flight(&mut self, before: Instant, lost: &mut Vec<SentPacket>) {
         for slot in self.sent.iter_mut() {
-            if slot.as_ref().is_some_and(|p| p.time < before) {
+            if slot.as_ref().is_some_and(|p| p.time <= before) {
                 let p = slot.take().expect("checked Some");
                 self.in_flight -= 1;
                 self.stats.lost += 1;
@@ -726,7 +739,7 @@ mod tests {
             l.on_sent(t(0), 1000, true, None);
         }
         assert_eq!(l.in_flight, 3);
-        let out = l.on_ack(t(30), 2, Duration::ZERO, [0..=2].into_iter());
+        let out = l.on_ack(t(30), 2, Duration::ZERO, [0..=2].into_iter(), &mut Vec::new());
         assert_eq!(out.newly_acked, 3);
         assert_eq!(l.in_flight, 0);
         assert_eq!(l.rtt.srtt, Duration::from_millis(30));
@@ -736,7 +749,7 @@ mod tests {
     fn ack_beyond_sent_is_ignored() {
         let mut l = link();
         l.on_sent(t(0), 1000, true, None);
-        let out = l.on_ack(t(30), 7, Duration::ZERO, [0..=7].into_iter());
+        let out = l.on_ack(t(30), 7, Duration::ZERO, [0..=7].into_iter(), &mut Vec::new());
         assert_eq!(out.newly_acked, 0);
         assert_eq!(l.in_flight, 1);
     }
@@ -747,7 +760,7 @@ mod tests {
         for _ in 0..5 {
             l.on_sent(t(0), 1000, true, None);
         }
-        let out = l.on_ack(t(10), 4, Duration::ZERO, [4..=4, 2..=2].into_iter());
+        let out = l.on_ack(t(10), 4, Duration::ZERO, [4..=4, 2..=2].into_iter(), &mut Vec::new());
         // 0 and 1 are >= 3 below 4; 3 is not yet.
         assert_eq!(out.lost.len(), 2);
         assert_eq!(l.in_flight, 1);

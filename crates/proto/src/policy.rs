@@ -12,7 +12,7 @@ use core::time::Duration;
 
 use crate::ids::{FlowId, LinkId};
 use crate::link::{LinkState, LinkView};
-use crate::time::{Instant, transmission_time};
+use crate::time::Instant;
 
 /// What a policy knows about the packet to bind.
 #[derive(Clone, Copy, Debug)]
@@ -50,18 +50,29 @@ pub trait BindPolicy: fmt::Debug + Send {
 pub struct MinRtt;
 
 impl MinRtt {
-    /// Expected time from now until `len` bytes bound to `link` arrive at the peer.
-    pub fn expected_delivery(now: Instant, len: usize, link: &LinkView) -> Duration {
+    /// Expected time from now until `len` bytes bound to `link` arrive at the peer, in
+    /// nanoseconds: the wait for the pacer or for the packets already below the binding
+    /// point to drain, whichever is longer, plus the packet's own transmission time, plus
+    /// half the smoothed RTT. Unknown rates count as instantaneous.
+    pub fn expected_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
         let rate = if link.tx_rate > 0.0 {
             link.tx_rate
         } else {
             link.delivery_rate
         };
-        // Packets ahead of ours below the binding point, and our own.
-        let ahead = transmission_time(link.below_binding * len, rate);
-        let own = transmission_time(len, rate);
-        let pacer_wait = link.pacer_next - now;
-        pacer_wait.max(ahead) + own + link.srtt / 2
+        let per_byte_ns = if rate > 0.0 { 1e9 / rate } else { 0.0 };
+        // Plain float arithmetic: this runs for every link on every packet.
+        let ahead = (link.below_binding * len) as f64 * per_byte_ns;
+        let own = len as f64 * per_byte_ns;
+        let pacer_wait = link.pacer_next.as_nanos().saturating_sub(now.as_nanos()) as f64;
+        // `as_nanos` is a u128; converting that to f64 is a slow libcall.
+        let half_rtt = link.srtt.as_secs_f64() * 0.5e9;
+        (pacer_wait.max(ahead) + own + half_rtt) as u64
+    }
+
+    /// [`Self::expected_delivery_ns`] as a duration.
+    pub fn expected_delivery(now: Instant, len: usize, link: &LinkView) -> Duration {
+        Duration::from_nanos(Self::expected_delivery_ns(now, len, link))
     }
 }
 

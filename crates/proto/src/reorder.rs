@@ -120,7 +120,7 @@ struct RxFlow {
 /// Per-flow reorder buffers.
 #[derive(Debug)]
 pub(crate) struct Reorder {
-    flows: HashMap<FlowId, RxFlow>,
+    flows: HashMap<FlowId, RxFlow, foldhash::fast::FixedState>,
     due: BTreeSet<(Instant, FlowId)>,
     out: VecDeque<Vec<u8>>,
     limit: usize,
@@ -128,9 +128,9 @@ pub(crate) struct Reorder {
 }
 
 impl Reorder {
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize, hash_seed: u64) -> Self {
         Self {
-            flows: HashMap::new(),
+            flows: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(hash_seed)),
             due: BTreeSet::new(),
             out: VecDeque::new(),
             limit,
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn in_order_packets_pass_straight_through() {
-        let mut r = Reorder::new(100);
+        let mut r = Reorder::new(100, 0);
         for s in 0..3 {
             r.insert(t(0), HOLD, FlowId(1), s, vec![s as u8]);
         }
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn gap_filled_before_deadline_releases_in_order() {
-        let mut r = Reorder::new(100);
+        let mut r = Reorder::new(100, 0);
         r.insert(t(0), HOLD, FlowId(1), 0, vec![0]);
         r.insert(t(1), HOLD, FlowId(1), 2, vec![2]);
         assert_eq!(drain(&mut r), vec![0]);
@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn gap_not_filled_by_deadline_is_skipped_and_late_packet_dropped() {
-        let mut r = Reorder::new(100);
+        let mut r = Reorder::new(100, 0);
         r.insert(t(0), HOLD, FlowId(1), 1, vec![1]);
         assert_eq!(r.next_deadline(), Some(t(50)));
         r.handle_timeout(t(49));
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn gap_in_one_flow_does_not_hold_another() {
-        let mut r = Reorder::new(100);
+        let mut r = Reorder::new(100, 0);
         r.insert(t(0), HOLD, FlowId(1), 1, vec![1]);
         r.insert(t(0), HOLD, FlowId(2), 0, vec![9]);
         assert_eq!(drain(&mut r), vec![9]);
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn full_reorder_buffer_releases_oldest_gap() {
-        let mut r = Reorder::new(3);
+        let mut r = Reorder::new(3, 0);
         for s in 1..=4 {
             r.insert(t(0), HOLD, FlowId(1), s, vec![s as u8]);
         }
@@ -389,7 +389,7 @@ mod tests {
         fn released_once_in_order_never_past_deadline(
             arrivals in proptest::collection::vec((0u64..40, 0u64..3, 0u64..20), 1..200)
         ) {
-            let mut r = Reorder::new(16);
+            let mut r = Reorder::new(16, 0);
             let mut d = Dedup::new();
             let mut now = t(0);
             let mut released: HashMap<u8, Vec<u64>> = HashMap::new();

@@ -82,13 +82,6 @@ impl Sub for Instant {
     }
 }
 
-/// Time to serialize `bytes` at `bytes_per_sec`, or zero when the rate is unknown (0).
-pub(crate) fn transmission_time(bytes: usize, bytes_per_sec: f64) -> Duration {
-    if bytes_per_sec <= 0.0 {
-        return Duration::ZERO;
-    }
-    Duration::from_secs_f64(bytes as f64 / bytes_per_sec)
-}
 
 #[cfg(test)]
 mod tests {

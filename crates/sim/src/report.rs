@@ -124,6 +124,17 @@ pub struct Report {
     /// Engine counters (mode late).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineReport>,
+    /// The simulator's own counters.
+    pub simulator: SimReport,
+}
+
+/// The simulator's own counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimReport {
+    /// Event-loop steps.
+    pub steps: u64,
+    /// Steps at which nothing could act (see `Outcome::stalls`).
+    pub stalls: u64,
 }
 
 fn round3(x: f64) -> f64 {
@@ -203,6 +214,10 @@ impl Report {
             flows,
             links,
             engine,
+            simulator: SimReport {
+                steps: outcome.steps,
+                stalls: outcome.stalls,
+            },
         }
     }
 

@@ -494,17 +494,20 @@ fn parse_value(text: &str) -> Option<toml::Value> {
     wrapped.get("v").cloned()
 }
 
-/// Sets `a.b.c` in a table; numeric parts index arrays (`links.0.loss`).
+/// Sets `a.b.c` in a table, creating missing tables; numeric parts index arrays
+/// (`links.0.loss`).
 fn apply(table: &mut toml::Table, key: &str, value: toml::Value) -> Option<()> {
     let parts: Vec<&str> = key.split('.').collect();
     let (last, path) = parts.split_last()?;
-    let mut cur: &mut toml::Value = table.get_mut(*path.first()?)?;
-    if path.is_empty() {
-        return None;
-    }
-    for p in &path[1..] {
+    let (first, rest) = path.split_first()?;
+    let mut cur: &mut toml::Value = table
+        .entry((*first).to_owned())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    for p in rest {
         cur = match cur {
-            toml::Value::Table(t) => t.get_mut(*p)?,
+            toml::Value::Table(t) => t
+                .entry((*p).to_owned())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new())),
             toml::Value::Array(a) => a.get_mut(p.parse::<usize>().ok()?)?,
             _ => return None,
         };

@@ -104,6 +104,10 @@ pub struct Outcome {
     pub engines: Option<(Endpoint, Endpoint)>,
     /// Steps the event loop took.
     pub steps: u64,
+    /// Steps where no component had anything to do at the time it asked for (the loop
+    /// moved on by 1 µs). A handful is normal; many mean a component asks for a time it
+    /// cannot act at.
+    pub stalls: u64,
 }
 
 struct SimLink {
@@ -118,6 +122,9 @@ pub struct World {
     mode: Mode,
     now: Duration,
     end: Duration,
+    /// After `end`, the network runs on (flows stop sending) until this time, so that what
+    /// is in flight at the end arrives instead of being counted lost.
+    drain_until: Duration,
     links: Vec<SimLink>,
     flows: Vec<Flow>,
     /// (protocol, destination port) -> flow index, for early mode's delivery.
@@ -128,6 +135,7 @@ pub struct World {
     early_capacity: usize,
     buf: Vec<u8>,
     steps: u64,
+    stalls: u64,
 }
 
 fn secs(s: f64) -> Duration {
@@ -153,6 +161,12 @@ impl World {
         let seed = spec.scenario.seed;
         let end = secs(spec.scenario.duration_s);
         let early_capacity = spec.early.qdisc_packets + spec.early.driver_packets;
+        let max_delay_ms = spec
+            .links
+            .iter()
+            .map(|l| l.delay_ms + l.jitter_ms)
+            .fold(0.0, f64::max);
+        let drain_until = end + Duration::from_secs(1) + Duration::from_secs_f64(2.0 * max_delay_ms / 1e3);
         let mut traces: HashMap<std::path::PathBuf, Arc<Trace>> = HashMap::new();
         let mut load = |key: String, p: &std::path::Path| -> Result<Arc<Trace>, ScenarioError> {
             let path = scenario.resolve(p);
@@ -296,6 +310,7 @@ impl World {
             mode,
             now: Duration::ZERO,
             end,
+            drain_until,
             links,
             flows,
             demux,
@@ -305,6 +320,7 @@ impl World {
             early_capacity,
             buf: Vec::with_capacity(2048),
             steps: 0,
+            stalls: 0,
         })
     }
 
@@ -313,12 +329,13 @@ impl World {
         loop {
             let next = self.next_time();
             let Some(next) = next else { break };
-            if next > self.end {
+            if next > self.drain_until {
                 break;
             }
             // Components may ask for a time already reached while they wait for an input;
             // never go back, and move on by a microsecond when nothing can happen now.
             let t = if next <= self.now && self.steps > 0 {
+                self.stalls += 1;
                 self.now + Duration::from_micros(1)
             } else {
                 next.max(self.now)
@@ -335,6 +352,7 @@ impl World {
             links: self.links.into_iter().map(|l| l.tally).collect(),
             engines: self.client.zip(self.server),
             steps: self.steps,
+            stalls: self.stalls,
         }
     }
 
@@ -350,6 +368,10 @@ impl World {
             consider(l.down.poll_timeout());
         }
         for (i, f) in self.flows.iter().enumerate() {
+            // After the end the flows only receive.
+            if self.now >= self.end {
+                break;
+            }
             // A sender held back by a full FIFO is woken by the FIFO's departures.
             let t = f.poll_timeout();
             if t.is_some_and(|t| t <= self.now) && self.blocked(i, Side::Client) {
@@ -373,7 +395,7 @@ impl World {
             }
             for i in 0..self.flows.len() {
                 for side in [Side::Client, Side::Server] {
-                    while !self.blocked(i, side) {
+                    while !self.blocked(i, side) && now <= self.end {
                         let Some(pkt) = self.flows[i].poll_transmit(now, side) else {
                             break;
                         };

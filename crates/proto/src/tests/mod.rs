@@ -1,1 +1,5 @@
 //! Scenario tests on a two-engine harness (see harness.rs).
+
+mod harness;
+mod props;
+mod scenarios;

@@ -1,0 +1,777 @@
+//! Scenario tests: a client and a server engine over virtual links, on virtual time.
+//!
+//! Names read `<state>_<event>_<outcome>`. Every timeout has a boundary pair: one test just
+//! before the threshold, one at or just past it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use core::time::Duration;
+
+use super::harness::{
+    FlowSpec, Inner, LinkSpec, Pair, PairBuilder, Side, at_ms, blackhole, data_in, drop_nth_data,
+    drop_packet, ms,
+};
+use crate::classify::DSCP_EF;
+use crate::{Event, Instant, LinkChange, LinkId, LinkState, LinkView};
+
+/// Default `max_ack_delay`: a peer may hold an acknowledgement this long.
+const MAX_ACK_DELAY: Duration = Duration::from_millis(5);
+
+/// Checks per-flow delivery: each (flow, seq) at most once, increasing within a flow.
+/// Returns the delivered sequence numbers per source port.
+fn check_once_in_order(delivered: &[Inner]) -> BTreeMap<u16, Vec<u32>> {
+    let mut per_flow: BTreeMap<u16, Vec<u32>> = BTreeMap::new();
+    for d in delivered {
+        per_flow.entry(d.src_port).or_default().push(d.seq);
+    }
+    for (port, seqs) in &per_flow {
+        for w in seqs.windows(2) {
+            assert!(
+                w[0] < w[1],
+                "flow {port}: {} delivered after {} (twice or out of order)",
+                w[1],
+                w[0]
+            );
+        }
+    }
+    per_flow
+}
+
+/// Time of the first arrival at `to` of a datagram carrying packet `seq` of `port`.
+fn arrival_of(pair: &Pair, to: Side, port: u16, seq: u32) -> Option<Instant> {
+    pair.arrivals
+        .iter()
+        .filter(|a| a.to == to)
+        .find(|a| {
+            data_in(&a.bytes)
+                .iter()
+                .any(|i| i.src_port == port && i.seq == seq)
+        })
+        .map(|a| a.time)
+}
+
+/// Time `side` delivered packet `seq` of `port`.
+fn delivery_of(pair: &Pair, side: Side, port: u16, seq: u32) -> Option<Instant> {
+    let idx = match side {
+        Side::Client => 0,
+        Side::Server => 1,
+    };
+    pair.delivered[idx]
+        .iter()
+        .find(|d| {
+            let i = d.inner();
+            i.src_port == port && i.seq == seq
+        })
+        .map(|d| d.time)
+}
+
+/// Client data datagrams handed over for `link` during `[t0, t1)`.
+fn data_on(pair: &Pair, link: u16, t0: Instant, t1: Instant) -> usize {
+    pair.data_transmits(Side::Client)
+        .filter(|t| t.link == LinkId(link) && t.time >= t0 && t.time < t1)
+        .count()
+}
+
+/// Client data datagrams handed over for `link` among `pair.transmits[range]`.
+fn data_on_since(pair: &Pair, link: u16, range: core::ops::Range<usize>) -> usize {
+    pair.transmits[range]
+        .iter()
+        .filter(|t| t.from == Side::Client && t.carries_data && t.link == LinkId(link))
+        .count()
+}
+
+fn state_changes(pair: &Pair, side: Side, link: u16) -> Vec<(Instant, LinkState, LinkState)> {
+    pair.events(side)
+        .iter()
+        .filter_map(|(t, e)| match *e {
+            Event::LinkStateChanged { link: l, from, to } if l == LinkId(link) => {
+                Some((*t, from, to))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+// ---- 1. RTT ----
+
+/// Both ends, every link: after a few hundred ms of idling, an RTT sample within the
+/// peer's allowed ack delay of the configured RTT.
+#[test]
+#[ignore = "engine bug: no RTT sample when the ACK's largest packet is an ack-only datagram \
+            (link.rs on_ack keeps no send time for non-eliciting packets); the server never \
+            measures its links"]
+fn idle_pair_exchanges_pings_and_measures_rtt() {
+    let mut pair = idle_pair();
+    pair.drive_until(at_ms(300));
+    for side in [Side::Client, Side::Server] {
+        assert_rtt_measured(&pair, side);
+    }
+}
+
+/// The client half of the test above, which holds today.
+#[test]
+fn idle_client_pings_each_link_and_measures_rtt() {
+    let mut pair = idle_pair();
+    pair.drive_until(at_ms(300));
+    assert_rtt_measured(&pair, Side::Client);
+    for link in [0, 1] {
+        let s = pair.client.link_stats(LinkId(link)).expect("link exists");
+        assert_eq!(s.pings_sent, 1, "one PING per link at start, none before keepalive");
+    }
+}
+
+/// Link 0: 20 ms RTT. Link 1: 30 ms up, 50 ms down (80 ms RTT).
+fn idle_pair() -> Pair {
+    PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)).down_delay(ms(50)))
+        .build()
+}
+
+fn assert_rtt_measured(pair: &Pair, side: Side) {
+    for (link, rtt) in [(0, ms(20)), (1, ms(80))] {
+        let v = pair.view(side, link);
+        assert!(v.rtt_measured, "{side:?} link {link}: no RTT sample: {v:?}");
+        // An idle peer acknowledges a PING after up to max_ack_delay.
+        for (what, got) in [("srtt", v.srtt), ("min_rtt", v.min_rtt)] {
+            assert!(
+                got >= rtt && got <= rtt + MAX_ACK_DELAY,
+                "{side:?} link {link}: {what} {got:?}, configured RTT {rtt:?}"
+            );
+        }
+    }
+}
+
+// ---- 2. Lossless delivery ----
+
+#[test]
+fn udp_stream_over_two_links_delivered_once_in_order() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(15)).rate_bps(8e6))
+        .link(LinkSpec::new(ms(16)).rate_bps(8e6))
+        .build();
+    let flows = [FlowSpec::bulk(5000, 972), FlowSpec::bulk(5001, 972)];
+    // 2 x 1000 packets of 1000 bytes, one every 0.6 ms: ~13 Mbit/s, more than one link.
+    for seq in 0..1000u32 {
+        for (k, f) in flows.iter().enumerate() {
+            let t = at_ms(100) + Duration::from_micros(1200 * u64::from(seq) + 600 * k as u64);
+            pair.send_at(t, Side::Client, f.packet(seq));
+        }
+    }
+    pair.drive_bounded();
+
+    let per_flow = check_once_in_order(&pair.delivered_inner(Side::Server));
+    for f in &flows {
+        assert_eq!(
+            per_flow.get(&f.src_port).map(Vec::len),
+            Some(1000),
+            "flow {} incomplete",
+            f.src_port
+        );
+    }
+    let per_link = |l: u16| {
+        pair.data_transmits(Side::Client)
+            .filter(|t| t.link == LinkId(l))
+            .count()
+    };
+    assert_eq!(per_link(0) + per_link(1), 2000, "each packet bound once");
+    assert!(
+        per_link(0) >= 400 && per_link(1) >= 400,
+        "both links carry data: {} / {}",
+        per_link(0),
+        per_link(1)
+    );
+    let s = pair.server.stats();
+    assert_eq!(s.reorder.gaps_skipped, 0);
+    assert_eq!(s.reorder.late_dropped, 0);
+    assert_eq!(s.duplicate_data, 0);
+    assert_eq!(pair.client.stats().queues.aqm_dropped, 0);
+}
+
+// ---- 3. Reordering ----
+
+/// Link 0: 5 ms, 0.5 Mbit/s (full almost at once). Link 1: 25 ms, 20 Mbit/s. min-rtt fills
+/// link 0 and spills to link 1, so packets bound later on link 1 overtake earlier ones
+/// still serializing on link 0.
+#[test]
+fn reordering_across_links_is_repaired() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(5)).rate_bps(0.5e6))
+        .link(LinkSpec::new(ms(25)).rate_bps(20e6))
+        .build();
+    let flow = FlowSpec::bulk(6000, 472);
+    pair.send_stream(Side::Client, &flow, 400, at_ms(100), ms(2));
+    pair.drive_bounded();
+
+    let delivered = pair.delivered_inner(Side::Server);
+    let per_flow = check_once_in_order(&delivered);
+    assert_eq!(per_flow[&6000], (0..400).collect::<Vec<_>>());
+    let on = |l: u16| {
+        pair.data_transmits(Side::Client)
+            .filter(|t| t.link == LinkId(l))
+            .count()
+    };
+    assert!(on(0) >= 20 && on(1) >= 20, "spread: {} / {}", on(0), on(1));
+    let r = pair.server.stats().reorder;
+    assert!(r.held > 0, "nothing was held: {r:?}");
+    assert_eq!(r.gaps_skipped, 0, "{r:?}");
+    assert_eq!(r.late_dropped, 0, "{r:?}");
+    assert_eq!(r.delivered, 400);
+}
+
+// ---- 4. Gap skipped after the hold time (boundary pair) ----
+
+const HOLD: Duration = Duration::from_millis(30);
+const GAP_PORT: u16 = 7000;
+
+/// One 10 ms link; packets 0..20 one per ms from 100 ms; the datagram of packet 5 is lost.
+fn lost_datagram_pair() -> Pair {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .config(|c| {
+            c.reorder_hold(Some(HOLD));
+        })
+        .drop_fn(drop_packet(GAP_PORT, 5))
+        .build();
+    let flow = FlowSpec::bulk(GAP_PORT, 100);
+    pair.send_stream(Side::Client, &flow, 20, at_ms(100), ms(1));
+    pair
+}
+
+/// The first packet behind the gap arrives at 116 ms.
+const FIRST_BEHIND_GAP: Instant = at_ms(116);
+
+#[test]
+fn lost_datagram_gap_held_until_just_before_hold_time() {
+    let mut pair = lost_datagram_pair();
+    pair.drive_until(FIRST_BEHIND_GAP);
+    assert_eq!(
+        arrival_of(&pair, Side::Server, GAP_PORT, 6),
+        Some(FIRST_BEHIND_GAP)
+    );
+    pair.drive_until((FIRST_BEHIND_GAP + HOLD).saturating_sub(ms(1)));
+    let seqs: Vec<u32> = pair
+        .delivered_inner(Side::Server)
+        .iter()
+        .map(|i| i.seq)
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3, 4], "nothing behind the gap yet");
+    assert_eq!(pair.server.reorder_held(), 14, "6..=19 wait for 5");
+    assert_eq!(pair.server.stats().reorder.gaps_skipped, 0);
+}
+
+#[test]
+fn lost_datagram_gap_skipped_after_hold_time() {
+    let mut pair = lost_datagram_pair();
+    pair.drive_bounded();
+    let first = arrival_of(&pair, Side::Server, GAP_PORT, 6).expect("6 arrived");
+    assert_eq!(first, FIRST_BEHIND_GAP);
+    let released = delivery_of(&pair, Side::Server, GAP_PORT, 6).expect("6 delivered");
+    assert!(
+        released >= first + HOLD && released <= first + HOLD + ms(1),
+        "released at {released:?}, first behind the gap arrived at {first:?}"
+    );
+    let seqs: Vec<u32> = pair
+        .delivered_inner(Side::Server)
+        .iter()
+        .map(|i| i.seq)
+        .collect();
+    let expected: Vec<u32> = (0..20).filter(|&s| s != 5).collect();
+    assert_eq!(seqs, expected);
+    let r = pair.server.stats().reorder;
+    assert_eq!(r.gaps_skipped, 1);
+    assert_eq!(r.late_dropped, 0);
+    assert_eq!(r.max_hold_ns, HOLD.as_nanos() as u64, "6 waited exactly the hold time");
+}
+
+// ---- 5. Budget below the binding point ----
+
+#[test]
+fn budget_never_exceeded_below_binding_point() {
+    for budget in [1, 2, 4] {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)).rate_bps(2e6))
+            .link(LinkSpec::new(ms(20)).rate_bps(1e6))
+            .config(|c| {
+                c.budget_packets(budget);
+            })
+            .build();
+        let flow = FlowSpec::bulk(8000, 972);
+        for seq in 0..300 {
+            pair.send_at(at_ms(50), Side::Client, flow.packet(seq));
+        }
+        pair.drive_bounded();
+        assert_eq!(
+            pair.max_data_below[0], budget,
+            "budget {budget}: link 0 filled to exactly its budget"
+        );
+        assert!(
+            pair.max_data_below[1] <= budget,
+            "budget {budget}: link 1 held {}",
+            pair.max_data_below[1]
+        );
+        let c = pair.client.stats();
+        assert_eq!(
+            c.data_bound + c.queues.aqm_dropped,
+            300,
+            "budget {budget}: each packet bound or dropped by CoDel"
+        );
+        assert_eq!(
+            pair.delivered[1].len() as u64,
+            c.data_bound,
+            "budget {budget}"
+        );
+    }
+}
+
+// ---- 6. Local link down ----
+
+const DOWN_AT: Instant = at_ms(600);
+const UP_AT: Instant = at_ms(1000);
+
+/// Link 0: 10 ms, link 1: 30 ms, 4 Mbit/s each; a 500-byte packet every 2 ms.
+fn stream_pair(drop: Option<super::harness::DropFn>) -> Pair {
+    let mut b = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)).rate_bps(4e6))
+        .link(LinkSpec::new(ms(30)).rate_bps(4e6));
+    if let Some(d) = drop {
+        b = b.drop_fn(d);
+    }
+    let mut pair = b.build();
+    let flow = FlowSpec::bulk(9000, 472);
+    pair.send_stream(Side::Client, &flow, 900, at_ms(100), ms(2));
+    pair
+}
+
+#[test]
+fn link_down_moves_traffic_to_other_link() {
+    let mut pair = stream_pair(None);
+    pair.drive_until(DOWN_AT);
+    assert!(
+        pair.data_transmits(Side::Client)
+            .any(|t| t.link == LinkId(0)),
+        "link 0 carried data before"
+    );
+    pair.link_change(0, LinkChange::Down);
+    // Index of the first transmit after the event (a packet bound at 600 ms just before
+    // it may still have gone on link 0).
+    let after_down = pair.transmits.len();
+    assert_eq!(
+        state_changes(&pair, Side::Client, 0),
+        vec![(DOWN_AT, LinkState::Up, LinkState::Down)]
+    );
+    // The server hears of it by LINK_STATUS on link 1: one 30 ms one-way delay plus at most
+    // three ~1 ms serializations ahead of it.
+    pair.drive_until(DOWN_AT + ms(29));
+    assert_eq!(pair.view(Side::Server, 0).state, LinkState::Up, "too early");
+    pair.drive_until(DOWN_AT + ms(34));
+    assert_eq!(pair.view(Side::Server, 0).state, LinkState::Down);
+    let server_down = state_changes(&pair, Side::Server, 0);
+    assert_eq!(server_down.len(), 1, "{server_down:?}");
+    assert_eq!((server_down[0].1, server_down[0].2), (LinkState::Up, LinkState::Down));
+
+    pair.drive_until(UP_AT);
+    let before_up = pair.transmits.len();
+    assert_eq!(
+        data_on_since(&pair, 0, after_down..before_up),
+        0,
+        "no data on a down link"
+    );
+    assert!(
+        data_on_since(&pair, 1, after_down..before_up) >= 150,
+        "link 1 took over"
+    );
+
+    pair.link_change(0, LinkChange::Up);
+    pair.drive_bounded();
+    let end = pair.transmits.len();
+    assert!(
+        data_on_since(&pair, 0, before_up..end) > 100,
+        "link 0 used again"
+    );
+    let server = state_changes(&pair, Side::Server, 0);
+    assert_eq!(server.len(), 2, "{server:?}");
+    assert_eq!((server[1].1, server[1].2), (LinkState::Down, LinkState::Up));
+    assert!(server[1].0 >= UP_AT + ms(10) && server[1].0 <= UP_AT + ms(14));
+    assert_eq!(pair.view(Side::Server, 0).state, LinkState::Up);
+    check_once_in_order(&pair.delivered_inner(Side::Server));
+}
+
+// ---- 7. Silent link (boundary pair) ----
+
+const SILENT_FROM: Instant = at_ms(500);
+const SILENT_UNTIL: Instant = at_ms(1000);
+
+/// Link 0 (10 ms) goes silent both ways during [500 ms, 1000 ms); link 1 is 30 ms.
+fn silent_pair() -> Pair {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)))
+        .drop_fn(blackhole(0, SILENT_FROM, SILENT_UNTIL))
+        .build();
+    let flow = FlowSpec::bulk(9100, 472);
+    pair.send_stream(Side::Client, &flow, 900, at_ms(100), ms(2));
+    pair
+}
+
+/// When the client should suspect link 0: the suspect timeout after the last ack
+/// that reached it. Call once every pre-silence ack has arrived.
+fn expected_suspect_time(pair: &Pair) -> Instant {
+    let last_ack = pair
+        .arrivals
+        .iter()
+        .filter(|a| a.to == Side::Client && super::harness::acks_in(&a.bytes).contains(&0))
+        .map(|a| a.time)
+        .max()
+        .expect("acks arrived");
+    assert!(last_ack < SILENT_FROM + ms(10));
+    last_ack + suspect_timeout(&pair.view(Side::Client, 0))
+}
+
+/// A link's suspect timeout with the default configuration: SRTT + max(4 RTTVAR, 1 ms) +
+/// max_ack_delay, at least `suspect_min` (50 ms).
+fn suspect_timeout(v: &LinkView) -> Duration {
+    (v.srtt + (v.rttvar * 4).max(ms(1)) + MAX_ACK_DELAY).max(ms(50))
+}
+
+#[test]
+fn silent_link_still_up_just_before_suspect_timeout() {
+    let mut pair = silent_pair();
+    pair.drive_until(SILENT_FROM + ms(11));
+    let suspect_at = expected_suspect_time(&pair);
+    pair.drive_until(suspect_at.saturating_sub(ms(1)));
+    assert_eq!(pair.view(Side::Client, 0).state, LinkState::Up);
+    assert!(state_changes(&pair, Side::Client, 0).is_empty());
+}
+
+#[test]
+fn silent_link_becomes_suspect_and_recovers() {
+    let mut pair = silent_pair();
+    pair.drive_until(SILENT_FROM + ms(11));
+    let suspect_at = expected_suspect_time(&pair);
+    pair.drive_until(suspect_at + ms(1));
+    assert_eq!(pair.view(Side::Client, 0).state, LinkState::Suspect);
+    let changes = state_changes(&pair, Side::Client, 0);
+    assert_eq!(
+        changes,
+        vec![(suspect_at, LinkState::Up, LinkState::Suspect)],
+        "suspected exactly at the timeout"
+    );
+
+    pair.drive_bounded();
+    let changes = state_changes(&pair, Side::Client, 0);
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    let (up_at, from, to) = changes[1];
+    assert_eq!((from, to), (LinkState::Suspect, LinkState::Up));
+    // A probe sent after the silence is answered: at most one probe interval (capped at
+    // the keepalive interval) plus one RTT after the silence ends.
+    assert!(
+        up_at > SILENT_UNTIL && up_at <= SILENT_UNTIL + Duration::from_secs(1) + ms(30),
+        "back up at {up_at:?}"
+    );
+    assert_eq!(
+        data_on(&pair, 0, suspect_at, up_at),
+        0,
+        "no data bound to a suspect link"
+    );
+    assert!(data_on(&pair, 1, suspect_at, up_at) > 100, "link 1 carried it");
+    check_once_in_order(&pair.delivered_inner(Side::Server));
+}
+
+/// Link 1 streams while link 0 is down; link 0 (20 ms RTT against 60 ms) comes back up
+/// with only a PING's worth of delivery-rate samples.
+#[test]
+#[ignore = "engine bug: MinRtt takes a PING-only delivery_rate (~25 B/s) as the link's \
+            capacity, so a link that comes back up is never chosen again (policy.rs \
+            expected_delivery)"]
+fn link_up_again_while_streaming_carries_data_when_faster() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)))
+        .build();
+    pair.link_change(0, LinkChange::Down);
+    let flow = FlowSpec::bulk(9200, 472);
+    pair.send_stream(Side::Client, &flow, 500, at_ms(100), ms(2));
+    pair.drive_until(at_ms(500));
+    assert!(data_on(&pair, 1, at_ms(100), at_ms(500)) >= 190);
+    pair.link_change(0, LinkChange::Up);
+    pair.drive_bounded();
+    let v = pair.view(Side::Client, 0);
+    assert_eq!(v.state, LinkState::Up);
+    assert!(v.srtt < pair.view(Side::Client, 1).srtt, "link 0 is the faster one");
+    // 300 packets are sent after 500 ms; once link 0 is measured (one RTT) it is the
+    // min-RTT link for all of them.
+    assert!(
+        data_on(&pair, 0, at_ms(500), pair.now) >= 250,
+        "link 0 took {} of the last 300 packets",
+        data_on(&pair, 0, at_ms(500), pair.now)
+    );
+    check_once_in_order(&pair.delivered_inner(Side::Server));
+}
+
+/// At 240 ms the 2 ms-RTT link 1 is measured and the 236 ms-RTT link 0 is not yet.
+#[test]
+#[ignore = "engine bug: MinRtt charges the measured link its PING-only delivery_rate \
+            (1857 B/s: 47 ms for 87 bytes) and the unmeasured one nothing, so packet 0 goes \
+            on the 118 ms link and is dropped as late at the server (policy.rs \
+            expected_delivery)"]
+fn fresh_pair_first_packets_go_on_measured_fast_link() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(118)))
+        .link(LinkSpec::new(ms(1)))
+        .build();
+    let flow = FlowSpec::bulk(9300, 32);
+    pair.send_stream(Side::Client, &flow, 2, at_ms(240), ms(1));
+    pair.drive_bounded();
+    assert!(pair.view(Side::Client, 1).rtt_measured);
+    assert_eq!(data_on(&pair, 0, Instant::ZERO, pair.now), 0, "nothing on the slow link");
+    let per_flow = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(per_flow.get(&9300), Some(&vec![0, 1]));
+}
+
+// ---- A down link gives up its unacknowledged packets (boundary pair) ----
+
+/// Link 0 (10 ms) goes silent at 100 ms, just as a packet is bound to it, and goes down
+/// at 101 ms. Returns the pair and the instant that packet should expire: three suspect
+/// timeouts after it was sent.
+fn down_link_with_unacked_data() -> (Pair, Instant) {
+    let sent_at = at_ms(100);
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)))
+        .drop_fn(blackhole(0, sent_at, Instant::MAX))
+        .build();
+    pair.send_at(sent_at, Side::Client, FlowSpec::bulk(9400, 4).packet(0));
+    pair.drive_until(at_ms(101));
+    assert_eq!(data_on(&pair, 0, sent_at, at_ms(101)), 1);
+    pair.link_change(0, LinkChange::Down);
+    let v = pair.view(Side::Client, 0);
+    assert_eq!((v.state, v.in_flight), (LinkState::Down, 1));
+    (pair, sent_at + suspect_timeout(&v) * 3)
+}
+
+#[test]
+fn down_link_unacked_packet_kept_until_just_before_expiry() {
+    let (mut pair, expiry) = down_link_with_unacked_data();
+    pair.drive_until(expiry.saturating_sub(ms(1)));
+    assert_eq!(pair.view(Side::Client, 0).in_flight, 1);
+    assert_eq!(pair.client.link_stats(LinkId(0)).map(|s| s.lost), Some(0));
+}
+
+#[test]
+fn down_link_unacked_packet_expired_at_deadline_without_busy_loop() {
+    let (mut pair, expiry) = down_link_with_unacked_data();
+    pair.drive_until(expiry);
+    assert_eq!(pair.view(Side::Client, 0).in_flight, 0);
+    assert_eq!(pair.client.link_stats(LinkId(0)).map(|s| s.lost), Some(1));
+    assert_eq!(pair.client.stats().lost, 1);
+}
+
+/// The same for the very first PING, sent at the driver's origin (`Instant::ZERO`, where
+/// the simulator and these tests start): link 0 is black-holed from the start and goes
+/// down at 1 ms.
+#[test]
+#[ignore = "engine bug: a packet sent at Instant::ZERO on a down or suspect link expires at \
+            the first handle_timeout: now.saturating_sub(3 x timeout) clamps to ZERO and \
+            expire_in_flight tests `p.time <= before` (endpoint.rs handle_timeout, link.rs)"]
+fn down_link_ping_sent_at_origin_kept_until_just_before_expiry() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(10)))
+        .drop_fn(blackhole(0, Instant::ZERO, Instant::MAX))
+        .build();
+    pair.drive_until(at_ms(1));
+    pair.link_change(0, LinkChange::Down);
+    let v = pair.view(Side::Client, 0);
+    assert_eq!((v.state, v.in_flight), (LinkState::Down, 1));
+    let expiry = Instant::ZERO + suspect_timeout(&v) * 3;
+    pair.drive_until(expiry.saturating_sub(ms(1)));
+    assert_eq!(pair.view(Side::Client, 0).in_flight, 1);
+    assert_eq!(pair.client.link_stats(LinkId(0)).map(|s| s.lost), Some(0));
+    pair.drive_until(expiry);
+    assert_eq!(pair.view(Side::Client, 0).in_flight, 0);
+}
+
+// ---- 8. Priority ----
+
+/// The backlog is 50 bulk flows of 10 packets: plenty of new (sparse) flows, so the EF
+/// packet cannot get ahead by being a new flow alone; only its DSCP puts it first.
+#[test]
+fn urgent_packet_overtakes_bulk_backlog() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)).rate_bps(1e6))
+        .build();
+    for seq in 0..10 {
+        for port in 10_000..10_050 {
+            pair.send_at(at_ms(100), Side::Client, FlowSpec::bulk(port, 972).packet(seq));
+        }
+    }
+    pair.drive_until(at_ms(200));
+    // What has left the interface by now is not backlog any more.
+    let waiting: BTreeSet<Inner> = pair.interface_queue(0).into_iter().collect();
+    let departed: BTreeSet<Inner> = pair
+        .data_transmits(Side::Client)
+        .flat_map(|t| data_in(&t.bytes))
+        .filter(|i| !waiting.contains(i))
+        .collect();
+    assert!(departed.len() >= 5, "backlog moving: {} departed", departed.len());
+    let ef = FlowSpec {
+        dscp: DSCP_EF,
+        ..FlowSpec::bulk(11_000, 100)
+    };
+    pair.send_now(Side::Client, &ef.packet(0));
+    pair.drive_until(at_ms(300));
+
+    let delivered = pair.delivered_inner(Side::Server);
+    let ef_pos = delivered
+        .iter()
+        .position(|i| i.src_port == ef.src_port)
+        .expect("EF packet delivered");
+    assert_eq!(delivered[ef_pos].dscp, DSCP_EF);
+    let backlog_ahead = delivered[..ef_pos]
+        .iter()
+        .filter(|i| !departed.contains(i))
+        .count();
+    let budget = pair.client.config().budget_packets;
+    assert!(
+        backlog_ahead <= budget + 1,
+        "{backlog_ahead} packets of the bulk backlog delivered before the EF packet"
+    );
+    assert!(
+        pair.client.queued_packets() > 300,
+        "the bulk backlog is still there"
+    );
+}
+
+// ---- 9. Hostile input ----
+
+#[test]
+fn duplicate_and_garbage_datagrams_dropped_and_counted() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(20)))
+        .build();
+    let flow = FlowSpec::bulk(11_000, 200);
+    pair.send_stream(Side::Client, &flow, 100, at_ms(100), ms(1));
+    pair.drive_until(at_ms(400));
+    assert_eq!(pair.delivered[1].len(), 100);
+
+    let replay = pair
+        .arrivals
+        .iter()
+        .find(|a| a.to == Side::Server && !data_in(&a.bytes).is_empty())
+        .expect("a data datagram arrived")
+        .clone();
+    let before = pair.server.stats();
+    let mut injected = 0;
+    let mut inject = |pair: &mut Pair, link: u16, bytes: &[u8]| {
+        pair.inject(Side::Server, LinkId(link), bytes);
+        injected += 1;
+    };
+
+    // The same datagram again: its packet number was seen.
+    inject(&mut pair, replay.link.0, &replay.bytes);
+    // Its DATA frame again under a fresh packet number (on a link id the server then learns).
+    let mut relinked = replay.bytes.clone();
+    relinked[6..8].copy_from_slice(&7u16.to_be_bytes());
+    inject(&mut pair, 7, &relinked);
+    // Cut inside the DATA frame, after the header, inside the header.
+    let n = replay.bytes.len();
+    inject(&mut pair, 0, &replay.bytes[..n - 5]);
+    inject(&mut pair, 0, &replay.bytes[..12]);
+    inject(&mut pair, 0, &replay.bytes[..7]);
+    // Random bytes; a valid header followed by random bytes starting with an unknown type.
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut random = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    let mut noise: Vec<u8> = (0..64).map(|_| random()).collect();
+    noise[0] = 0x7f;
+    inject(&mut pair, 0, &noise);
+    let mut body = replay.bytes[..12].to_vec();
+    body[8..12].copy_from_slice(&0x4000_0000u32.to_be_bytes());
+    body.push(0xee);
+    body.extend((0..40).map(|_| random()));
+    inject(&mut pair, 0, &body);
+    // Another session.
+    let mut foreign = replay.bytes.clone();
+    foreign[2..6].copy_from_slice(&(super::harness::SESSION ^ 1).to_be_bytes());
+    inject(&mut pair, 0, &foreign);
+
+    let after = pair.server.stats();
+    assert_eq!(pair.delivered[1].len(), 100, "nothing extra delivered");
+    assert_eq!(after.datagrams_received - before.datagrams_received, injected);
+    assert_eq!(after.duplicate_packets - before.duplicate_packets, 1);
+    assert_eq!(after.duplicate_data - before.duplicate_data, 1);
+    assert_eq!(after.malformed - before.malformed, 5);
+    assert_eq!(after.wrong_session - before.wrong_session, 1);
+    assert_eq!(after.data_received - before.data_received, 1, "only the relinked DATA");
+    assert_eq!(after.reorder, before.reorder, "no DATA reached the reorder stage");
+    assert!(
+        pair.events(Side::Server)
+            .iter()
+            .any(|(_, e)| *e == Event::LinkLearnt { link: LinkId(7) })
+    );
+
+    // The tunnel keeps working.
+    let start = pair.now + ms(1);
+    for seq in 100..150 {
+        pair.send_at(start + ms(1) * (seq - 100), Side::Client, flow.packet(seq));
+    }
+    pair.drive_bounded();
+    let per_flow = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(per_flow[&flow.src_port], (0..150).collect::<Vec<_>>());
+}
+
+// ---- 11. Determinism ----
+
+#[test]
+fn same_inputs_same_outputs() {
+    let run = || {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(5)).rate_bps(0.5e6))
+            .link(LinkSpec::new(ms(25)).rate_bps(20e6))
+            .link(LinkSpec::new(ms(40)).down_delay(ms(60)).rate_bps(5e6))
+            .drop_fn(Box::new({
+                let mut nth = drop_nth_data(Side::Client, 1, 7);
+                move |d| d.index % 17 == 3 || nth(d)
+            }))
+            .build();
+        for (k, port) in [12_000u16, 12_001, 12_002].into_iter().enumerate() {
+            let f = FlowSpec::bulk(port, 300 + 200 * k);
+            pair.send_stream(Side::Client, &f, 200, at_ms(50 + 7 * k as u64), ms(3));
+            pair.send_stream(Side::Server, &f, 100, at_ms(60 + 5 * k as u64), ms(4));
+        }
+        pair.drive_bounded();
+        pair.drive_for(ms(500));
+        let transmits: Vec<_> = pair
+            .transmits
+            .iter()
+            .map(|t| (t.time, t.from, t.link, t.bytes.clone()))
+            .collect();
+        let delivered: Vec<_> = pair
+            .delivered
+            .iter()
+            .flatten()
+            .map(|d| (d.time, d.bytes.clone()))
+            .collect();
+        (transmits, delivered)
+    };
+    let (tx_a, rx_a) = run();
+    let (tx_b, rx_b) = run();
+    assert!(tx_a.len() > 1000 && rx_a.len() > 500);
+    assert_eq!(tx_a.len(), tx_b.len());
+    if let Some(i) = (0..tx_a.len()).find(|&i| tx_a[i] != tx_b[i]) {
+        panic!(
+            "transmit {i} differs: {:?} vs {:?}",
+            (tx_a[i].0, tx_a[i].1, tx_a[i].2),
+            (tx_b[i].0, tx_b[i].1, tx_b[i].2)
+        );
+    }
+    assert_eq!(rx_a, rx_b);
+}
+
+
