@@ -10,11 +10,24 @@ fn latebind() -> Command {
 
 #[test]
 fn sim_prints_a_table_and_json() {
-    let out = latebind().args(["sim", "scenarios/urgent.toml"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = latebind()
+        .args(["sim", "scenarios/urgent.toml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("urgent") && text.contains("mode late"), "{text}");
-    let out = latebind().args(["sim", "scenarios/urgent.toml", "--mode", "early", "--json"]).output().unwrap();
+    assert!(
+        text.contains("urgent") && text.contains("mode late"),
+        "{text}"
+    );
+    let out = latebind()
+        .args(["sim", "scenarios/urgent.toml", "--mode", "early", "--json"])
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["mode"], "early");
     assert_eq!(v["scenario"], "urgent");
@@ -22,14 +35,25 @@ fn sim_prints_a_table_and_json() {
         assert!(v.get(key).is_some(), "missing {key}");
     }
     let f = &v["flows"][0];
-    for key in ["sent", "delivered", "lost", "duplicates", "latency_ms", "max_gap_ms", "goodput_mbps"] {
+    for key in [
+        "sent",
+        "delivered",
+        "lost",
+        "duplicates",
+        "latency_ms",
+        "max_gap_ms",
+        "goodput_mbps",
+    ] {
         assert!(f.get(key).is_some(), "missing flows[].{key}");
     }
 }
 
 #[test]
 fn compare_puts_variants_side_by_side() {
-    let out = latebind().args(["sim", "scenarios/handoff.toml", "--compare"]).output().unwrap();
+    let out = latebind()
+        .args(["sim", "scenarios/handoff.toml", "--compare"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for label in ["late, budget 2", "early, driver 50", "early, driver 5"] {
@@ -50,17 +74,31 @@ fn bad_scenario_value_names_key_value_and_expectation() {
     let out = latebind().arg("sim").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("links[0].loss = 2: expected a probability between 0 and 1"), "{err}");
+    assert!(
+        err.contains("links[0].loss = 2: expected a probability between 0 and 1"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn bad_mode_and_bad_override_are_clear() {
-    let out = latebind().args(["sim", "scenarios/urgent.toml", "--mode", "mptcp"]).output().unwrap();
+    let out = latebind()
+        .args(["sim", "scenarios/urgent.toml", "--mode", "mptcp"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("expected late or early"), "{err}");
-    let out = latebind().args(["sim", "scenarios/urgent.toml", "--set", "late.budget_packets"]).output().unwrap();
+    let out = latebind()
+        .args([
+            "sim",
+            "scenarios/urgent.toml",
+            "--set",
+            "late.budget_packets",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("expected KEY=VALUE"), "{err}");
@@ -68,7 +106,14 @@ fn bad_mode_and_bad_override_are_clear() {
 
 #[test]
 fn missing_scenario_file_names_the_path() {
-    let out = latebind().args(["sim", "scenarios/nope.toml"]).output().unwrap();
+    let out = latebind()
+        .args(["sim", "scenarios/nope.toml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8(out.stderr).unwrap().contains("scenarios/nope.toml"));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("scenarios/nope.toml")
+    );
 }

@@ -76,12 +76,15 @@ impl Harness {
     fn one(&mut self, packet: &[u8]) -> usize {
         self.now += Duration::from_nanos(300);
         self.engine.handle_tun_packet(self.now, packet).unwrap();
-        let t = self.engine.poll_transmit(self.now, &mut self.buf).expect("a link has room");
+        let t = self
+            .engine
+            .poll_transmit(self.now, &mut self.buf)
+            .expect("a link has room");
         let l = usize::from(t.link.0);
         self.sent_pn[l] += 1;
         self.engine.handle_tx_done(self.now, t.link);
         self.count += 1;
-        if self.count % 64 == 0 {
+        if self.count.is_multiple_of(64) {
             self.feed_acks();
         }
         t.len

@@ -373,9 +373,13 @@ impl Endpoint {
         }
         // Validate every frame before acting on any (a malformed datagram changes nothing).
         let mut eliciting = false;
+        let mut ping = false;
         for frame in frames.clone() {
             match frame {
-                Ok(f) => eliciting |= f.is_ack_eliciting(),
+                Ok(f) => {
+                    eliciting |= f.is_ack_eliciting();
+                    ping |= matches!(f, wire::Frame::Ping);
+                }
                 Err(_) => {
                     self.stats.malformed += 1;
                     return;
@@ -405,12 +409,14 @@ impl Endpoint {
         }
         link.stats.datagrams_received += 1;
         if eliciting {
-            let out_of_order = pn != expected;
+            // Out-of-order arrivals and probes are acknowledged at once: the first so the
+            // sender learns of the gap, the second so probe RTT samples carry no ack delay.
+            let at_once = pn != expected || ping;
             link.rx.on_eliciting(
                 now,
                 self.config.ack_every,
                 self.config.max_ack_delay,
-                out_of_order,
+                at_once,
             );
         }
         for frame in frames.flatten() {
@@ -426,7 +432,8 @@ impl Endpoint {
                     return;
                 };
                 let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
-                let out = self.links[i].on_ack(now, ack.largest, delay, ack.ranges(), &mut self.pool);
+                let out =
+                    self.links[i].on_ack(now, ack.largest, delay, ack.ranges(), &mut self.pool);
                 if out.newly_acked > 0 {
                     self.refresh_codel_interval();
                 }
@@ -536,10 +543,10 @@ impl Endpoint {
                 }
                 LinkState::Suspect => {
                     // Give up on packets that a silent link has held for several timeouts.
-                    l.expire_in_flight(now.saturating_sub(timeout * 3), &mut lost);
+                    l.expire_in_flight(now, timeout * 3, &mut lost);
                 }
                 LinkState::Down => {
-                    l.expire_in_flight(now.saturating_sub(timeout * 3), &mut lost);
+                    l.expire_in_flight(now, timeout * 3, &mut lost);
                 }
             }
             let l = &mut self.links[i];

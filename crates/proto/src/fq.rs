@@ -577,8 +577,10 @@ mod tests {
 
     #[test]
     fn packet_limit_drops_from_fattest_flow() {
-        let mut c = Config::default();
-        c.limit_packets = 10;
+        let c = Config {
+            limit_packets: 10,
+            ..Config::default()
+        };
         let mut q = FlowQueues::new(&c);
         for _ in 0..10 {
             enq(&mut q, Instant::ZERO, pkt(1, 0, 1400, 0));

@@ -32,9 +32,9 @@ pub mod ids;
 pub mod link;
 pub mod policy;
 mod reorder;
-pub mod time;
 #[cfg(test)]
 mod tests;
+pub mod time;
 pub mod wire;
 
 pub use config::{Config, ConfigError, LinkConfig, Role};

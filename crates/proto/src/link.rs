@@ -77,7 +77,10 @@ impl Rtt {
 
 /// The inner packet a data datagram carried, kept until acknowledged or lost.
 #[derive(Debug)]
-#[expect(dead_code, reason = "the numbers are read when packets are reinjected on another link (issue 4)")]
+#[expect(
+    dead_code,
+    reason = "the numbers are read when packets are reinjected on another link (issue 4)"
+)]
 pub(crate) struct SentData {
     pub(crate) payload: Vec<u8>,
     pub(crate) global_seq: u64,
@@ -88,6 +91,10 @@ pub(crate) struct SentData {
 #[derive(Debug)]
 pub(crate) struct SentPacket {
     pub(crate) time: Instant,
+    /// Ack-eliciting (counts in flight, subject to loss detection). Ack-only datagrams are
+    /// kept too, for their send time: an ACK whose largest packet is one of them still
+    /// gives an RTT sample (RFC 9002 5.1).
+    pub(crate) eliciting: bool,
     pub(crate) size: usize,
     pub(crate) data: Option<SentData>,
     /// Link's delivered bytes when this was sent (delivery-rate sampling).
@@ -361,7 +368,7 @@ pub(crate) struct Link {
     pub(crate) rtt: Rtt,
     /// Next packet number to send.
     pub(crate) next_pn: u64,
-    /// Sent packets from `sent_base` on; `None` once acked or lost, or for ack-only datagrams.
+    /// Sent packets from `sent_base` on; `None` once acknowledged, lost or discarded.
     sent: VecDeque<Option<SentPacket>>,
     sent_base: u64,
     pub(crate) in_flight: usize,
@@ -463,16 +470,17 @@ impl Link {
     ) -> u64 {
         let pn = self.next_pn;
         self.next_pn += 1;
-        let packet = eliciting.then(|| {
+        if eliciting {
             self.in_flight += 1;
             self.last_eliciting_sent = now;
-            SentPacket {
-                time: now,
-                size,
-                data,
-                delivered: self.delivered,
-                delivered_time: self.delivered_time,
-            }
+        }
+        let packet = Some(SentPacket {
+            time: now,
+            eliciting,
+            size,
+            data,
+            delivered: self.delivered,
+            delivered_time: self.delivered_time,
         });
         if self.sent.is_empty() {
             self.sent_base = pn;
@@ -545,6 +553,7 @@ impl Link {
             return out;
         }
         let mut rtt_sample = None;
+        let mut any_eliciting = false;
         for range in ranges {
             let lo = (*range.start()).max(self.sent_base);
             let hi = *range.end();
@@ -566,6 +575,10 @@ impl Link {
                 {
                     recycle.push(d.payload);
                 }
+                if !p.eliciting {
+                    continue;
+                }
+                any_eliciting = true;
                 self.in_flight -= 1;
                 out.newly_acked += 1;
                 self.delivered += p.size as u64;
@@ -590,7 +603,11 @@ impl Link {
                 self.largest_acked = Some(largest);
             }
         }
-        if let Some(sample) = rtt_sample {
+        // RFC 9002 5.1: a sample when the largest is newly acknowledged and something
+        // ack-eliciting was newly acknowledged with it.
+        if let Some(sample) = rtt_sample
+            && any_eliciting
+        {
             self.rtt.update(sample, ack_delay);
         }
         self.detect_lost(now, &mut out.lost);
@@ -598,8 +615,8 @@ impl Link {
         out
     }
 
-    /// Declares lost what the packet or time threshold says is lost, and anything older
-    /// than `give_up` (a link that never answers).
+    /// Declares lost what the packet or time threshold says is lost. Ack-only datagrams
+    /// past the same thresholds are forgotten without counting.
     pub(crate) fn detect_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         let Some(largest) = self.largest_acked else {
             return;
@@ -617,22 +634,32 @@ impl Link {
             };
             if is_lost {
                 let p = slot.take().expect("checked Some");
-                self.in_flight -= 1;
-                self.stats.lost += 1;
-                lost.push(p);
+                if p.eliciting {
+                    self.in_flight -= 1;
+                    self.stats.lost += 1;
+                    lost.push(p);
+                }
             }
         }
         self.trim_sent();
     }
 
-    /// Declares every unacknowledged packet sent at or before `before` lost.
-    pub(crate) fn expire_in_flight(&mut self, before: Instant, lost: &mut Vec<SentPacket>) {
+    /// Declares every unacknowledged packet that has been out for `age` or longer lost
+    /// (ack-only datagrams are forgotten without counting).
+    pub(crate) fn expire_in_flight(
+        &mut self,
+        now: Instant,
+        age: Duration,
+        lost: &mut Vec<SentPacket>,
+    ) {
         for slot in self.sent.iter_mut() {
-            if slot.as_ref().is_some_and(|p| p.time <= before) {
+            if slot.as_ref().is_some_and(|p| p.time + age <= now) {
                 let p = slot.take().expect("checked Some");
-                self.in_flight -= 1;
-                self.stats.lost += 1;
-                lost.push(p);
+                if p.eliciting {
+                    self.in_flight -= 1;
+                    self.stats.lost += 1;
+                    lost.push(p);
+                }
             }
         }
         self.trim_sent();
@@ -640,7 +667,11 @@ impl Link {
 
     /// Send time of the oldest unacknowledged ack-eliciting packet.
     pub(crate) fn oldest_unacked(&self) -> Option<Instant> {
-        self.sent.iter().flatten().map(|p| p.time).next()
+        self.sent
+            .iter()
+            .flatten()
+            .find(|p| p.eliciting)
+            .map(|p| p.time)
     }
 
     /// Time at which loss detection should run again (the time threshold of the oldest
@@ -653,7 +684,11 @@ impl Link {
             .iter()
             .enumerate()
             .take_while(|(i, _)| base + (*i as u64) < largest)
-            .find_map(|(_, p)| p.as_ref().map(|p| p.time + loss_delay))
+            .find_map(|(_, p)| {
+                p.as_ref()
+                    .filter(|p| p.eliciting)
+                    .map(|p| p.time + loss_delay)
+            })
     }
 
     /// Recomputes `state` from the local and peer flags; returns the old state if it changed.
@@ -739,7 +774,13 @@ mod tests {
             l.on_sent(t(0), 1000, true, None);
         }
         assert_eq!(l.in_flight, 3);
-        let out = l.on_ack(t(30), 2, Duration::ZERO, [0..=2].into_iter(), &mut Vec::new());
+        let out = l.on_ack(
+            t(30),
+            2,
+            Duration::ZERO,
+            [0..=2].into_iter(),
+            &mut Vec::new(),
+        );
         assert_eq!(out.newly_acked, 3);
         assert_eq!(l.in_flight, 0);
         assert_eq!(l.rtt.srtt, Duration::from_millis(30));
@@ -749,7 +790,13 @@ mod tests {
     fn ack_beyond_sent_is_ignored() {
         let mut l = link();
         l.on_sent(t(0), 1000, true, None);
-        let out = l.on_ack(t(30), 7, Duration::ZERO, [0..=7].into_iter(), &mut Vec::new());
+        let out = l.on_ack(
+            t(30),
+            7,
+            Duration::ZERO,
+            [0..=7].into_iter(),
+            &mut Vec::new(),
+        );
         assert_eq!(out.newly_acked, 0);
         assert_eq!(l.in_flight, 1);
     }
@@ -760,7 +807,13 @@ mod tests {
         for _ in 0..5 {
             l.on_sent(t(0), 1000, true, None);
         }
-        let out = l.on_ack(t(10), 4, Duration::ZERO, [4..=4, 2..=2].into_iter(), &mut Vec::new());
+        let out = l.on_ack(
+            t(10),
+            4,
+            Duration::ZERO,
+            [4..=4, 2..=2].into_iter(),
+            &mut Vec::new(),
+        );
         // 0 and 1 are >= 3 below 4; 3 is not yet.
         assert_eq!(out.lost.len(), 2);
         assert_eq!(l.in_flight, 1);
@@ -780,8 +833,10 @@ mod tests {
 
     #[test]
     fn paced_link_spaces_packets() {
-        let mut c = LinkConfig::default();
-        c.pacing_rate = Some(1_000_000.0);
+        let c = LinkConfig {
+            pacing_rate: Some(1_000_000.0),
+            ..LinkConfig::default()
+        };
         let mut l = Link::new(LinkId(0), c, Duration::from_millis(100), Instant::ZERO);
         // The bucket starts with two packets' worth.
         l.on_sent(t(0), 1500, true, None);

@@ -53,13 +53,12 @@ impl MinRtt {
     /// Expected time from now until `len` bytes bound to `link` arrive at the peer, in
     /// nanoseconds: the wait for the pacer or for the packets already below the binding
     /// point to drain, whichever is longer, plus the packet's own transmission time, plus
-    /// half the smoothed RTT. Unknown rates count as instantaneous.
+    /// half the smoothed RTT. The drain rate is the local interface's measured rate; when
+    /// it is unknown (the interface never backed up) draining counts as instantaneous. The
+    /// acknowledgement-based delivery rate is not used: measured over probes alone it is
+    /// application-limited and would make an idle link look seconds slow.
     pub fn expected_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
-        let rate = if link.tx_rate > 0.0 {
-            link.tx_rate
-        } else {
-            link.delivery_rate
-        };
+        let rate = link.tx_rate;
         let per_byte_ns = if rate > 0.0 { 1e9 / rate } else { 0.0 };
         // Plain float arithmetic: this runs for every link on every packet.
         let ahead = (link.below_binding * len) as f64 * per_byte_ns;

@@ -82,7 +82,6 @@ impl Sub for Instant {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,7 +166,8 @@ impl World {
             .iter()
             .map(|l| l.delay_ms + l.jitter_ms)
             .fold(0.0, f64::max);
-        let drain_until = end + Duration::from_secs(1) + Duration::from_secs_f64(2.0 * max_delay_ms / 1e3);
+        let drain_until =
+            end + Duration::from_secs(1) + Duration::from_secs_f64(2.0 * max_delay_ms / 1e3);
         let mut traces: HashMap<std::path::PathBuf, Arc<Trace>> = HashMap::new();
         let mut load = |key: String, p: &std::path::Path| -> Result<Arc<Trace>, ScenarioError> {
             let path = scenario.resolve(p);

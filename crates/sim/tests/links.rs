@@ -32,7 +32,11 @@ rate_mbps = 4.0
         assert_eq!(f.lost, 0, "{mode:?}");
         assert_eq!(f.delivered, f.sent);
         // 20 ms propagation + 1.1-1.2 ms serialization (plus the tunnel header in late).
-        assert!(f.latency_ms.p50 > 21.0 && f.latency_ms.p50 < 22.5, "{mode:?}: {:?}", f.latency_ms);
+        assert!(
+            f.latency_ms.p50 > 21.0 && f.latency_ms.p50 < 22.5,
+            "{mode:?}: {:?}",
+            f.latency_ms
+        );
     }
 }
 
@@ -69,8 +73,11 @@ name = "lte"
 trace = "no-such-trace.down"
 "#,
     );
-    let e = run(&s, Mode::Late).err().expect("missing trace").to_string();
-    assert!(e.contains("links[0].trace") && e.contains("no-such-trace.down"), "{e}");
+    let e = run(&s, Mode::Late).expect_err("missing trace").to_string();
+    assert!(
+        e.contains("links[0].trace") && e.contains("no-such-trace.down"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -94,6 +101,11 @@ rate_mbps = 2.0
     for mode in [Mode::Late, Mode::Early] {
         let f = run(&s, mode).unwrap().flows[0].clone();
         let frac = f.lost as f64 / f.sent as f64;
-        assert!(frac > 0.01 && frac < 0.035, "{mode:?}: lost {} of {}", f.lost, f.sent);
+        assert!(
+            frac > 0.01 && frac < 0.035,
+            "{mode:?}: lost {} of {}",
+            f.lost,
+            f.sent
+        );
     }
 }

@@ -5,20 +5,29 @@ use std::path::PathBuf;
 use latebind_sim::{Mode, Report, Scenario, run};
 
 fn scenario(name: &str) -> Scenario {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name);
     Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn with(s: &Scenario, sets: &[&str]) -> Scenario {
-    s.with_overrides(sets.iter().copied()).unwrap_or_else(|e| panic!("{e}"))
+    s.with_overrides(sets.iter().copied())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn link<'a>(r: &'a Report, name: &str) -> &'a latebind_sim::report::LinkReport {
-    r.links.iter().find(|l| l.name == name).expect("link in report")
+    r.links
+        .iter()
+        .find(|l| l.name == name)
+        .expect("link in report")
 }
 
 fn flow<'a>(r: &'a Report, name: &str) -> &'a latebind_sim::report::FlowReport {
-    r.flows.iter().find(|f| f.name == name).expect("flow in report")
+    r.flows
+        .iter()
+        .find(|f| f.name == name)
+        .expect("flow in report")
 }
 
 #[test]
@@ -27,7 +36,11 @@ fn same_scenario_and_seed_give_identical_json() {
         let s = scenario(name);
         for mode in [Mode::Late, Mode::Early] {
             let report = run(&s, mode).unwrap();
-            assert!(report.simulator.stalls <= 10, "{name} {mode:?}: {:?}", report.simulator);
+            assert!(
+                report.simulator.stalls <= 10,
+                "{name} {mode:?}: {:?}",
+                report.simulator
+            );
             let a = serde_json::to_string(&report).unwrap();
             let b = serde_json::to_string(&run(&s, mode).unwrap()).unwrap();
             assert_eq!(a, b, "{name} {mode:?}");
@@ -37,9 +50,13 @@ fn same_scenario_and_seed_give_identical_json() {
 
 #[test]
 fn different_seeds_differ_when_the_scenario_is_random() {
-    let s = with(&scenario("handoff.toml"), &["links.1.loss=0.01", "links.0.jitter_ms=2.0"]);
+    let s = with(
+        &scenario("handoff.toml"),
+        &["links.1.loss=0.01", "links.0.jitter_ms=2.0"],
+    );
     let a = serde_json::to_string(&run(&s, Mode::Late).unwrap()).unwrap();
-    let b = serde_json::to_string(&run(&with(&s, &["scenario.seed=2"]), Mode::Late).unwrap()).unwrap();
+    let b =
+        serde_json::to_string(&run(&with(&s, &["scenario.seed=2"]), Mode::Late).unwrap()).unwrap();
     assert_ne!(a, b);
 }
 
@@ -56,16 +73,31 @@ fn handoff_late_loses_at_most_two_where_early_driver_50_loses_at_least_20() {
         let lost = link(&late, "wifi1").lost_at_outage_up;
         assert!(lost <= 2, "late lost {lost} at cut {cut}");
         assert!(link(&late, "wifi1").max_queue_below_binding <= 3);
-        let e50 = run(&with(&s, &["early.qdisc_packets=0", "early.driver_packets=50"]), Mode::Early).unwrap();
+        let e50 = run(
+            &with(&s, &["early.qdisc_packets=0", "early.driver_packets=50"]),
+            Mode::Early,
+        )
+        .unwrap();
         early50.push(link(&e50, "wifi1").lost_at_outage_up);
-        let e5 = run(&with(&s, &["early.qdisc_packets=0", "early.driver_packets=5"]), Mode::Early).unwrap();
+        let e5 = run(
+            &with(&s, &["early.qdisc_packets=0", "early.driver_packets=5"]),
+            Mode::Early,
+        )
+        .unwrap();
         early5.push(link(&e5, "wifi1").lost_at_outage_up);
         // After the cut the flow keeps going on link 2.
-        assert!(flow(&late, "bulk").goodput_mbps > 2.5, "{:?}", flow(&late, "bulk"));
+        assert!(
+            flow(&late, "bulk").goodput_mbps > 2.5,
+            "{:?}",
+            flow(&late, "bulk")
+        );
     }
     let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
     assert!(mean(&early50) >= 20.0, "early, driver 50: {early50:?}");
-    assert!(mean(&early5) <= 8.0 && mean(&early5) >= 2.0, "early, driver 5: {early5:?}");
+    assert!(
+        mean(&early5) <= 8.0 && mean(&early5) >= 2.0,
+        "early, driver 5: {early5:?}"
+    );
 }
 
 /// Paper figure 7: an urgent packet after a 1000-packet burst on one 10 Mb/s link.
@@ -86,10 +118,22 @@ fn urgent_packet_late_within_three_transmissions_early_qdisc_over_one_second() {
     let early = run(&s, Mode::Early).unwrap();
     let u = flow(&early, "urgent");
     assert_eq!(u.delivered, 1);
-    assert!(u.latency_ms.max > 1000.0, "early, qdisc 1000: urgent {} ms", u.latency_ms.max);
-    let no_qdisc = run(&with(&s, &["early.qdisc_packets=0", "early.driver_packets=50"]), Mode::Early).unwrap();
+    assert!(
+        u.latency_ms.max > 1000.0,
+        "early, qdisc 1000: urgent {} ms",
+        u.latency_ms.max
+    );
+    let no_qdisc = run(
+        &with(&s, &["early.qdisc_packets=0", "early.driver_packets=50"]),
+        Mode::Early,
+    )
+    .unwrap();
     let u = flow(&no_qdisc, "urgent");
-    assert!(u.latency_ms.max > 50.0 && u.latency_ms.max < 80.0, "early, driver 50: {} ms", u.latency_ms.max);
+    assert!(
+        u.latency_ms.max > 50.0 && u.latency_ms.max < 80.0,
+        "early, driver 50: {} ms",
+        u.latency_ms.max
+    );
 }
 
 #[test]

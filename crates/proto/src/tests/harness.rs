@@ -490,7 +490,10 @@ impl Pair {
 
     /// Inner packets delivered at `side`, decoded.
     pub(crate) fn delivered_inner(&self, side: Side) -> Vec<Inner> {
-        self.delivered[side.idx()].iter().map(Delivery::inner).collect()
+        self.delivered[side.idx()]
+            .iter()
+            .map(Delivery::inner)
+            .collect()
     }
 
     /// Inner packets in the client's interface queue of `link` (handed over, not departed).
@@ -697,10 +700,7 @@ impl Pair {
     fn flush(&mut self, side: Side) {
         let now = self.now;
         let mut buf = std::mem::take(&mut self.buf);
-        loop {
-            let Some(tx) = self.endpoint(side).poll_transmit(now, &mut buf) else {
-                break;
-            };
+        while let Some(tx) = self.endpoint(side).poll_transmit(now, &mut buf) {
             let bytes = buf[..tx.len].to_vec();
             self.on_transmit(side, tx, bytes);
         }
@@ -731,7 +731,8 @@ impl Pair {
             // A link the model does not have (e.g. learnt from a forged datagram).
             self.unroutable += 1;
             self.endpoint(side).handle_tx_done(now, tx.link);
-            self.dropped.push(self.transmits.last().expect("pushed").clone());
+            self.dropped
+                .push(self.transmits.last().expect("pushed").clone());
             return;
         }
         if side == Side::Server {
@@ -742,7 +743,8 @@ impl Pair {
         if self.links[li].iface_down {
             // The interface refuses it: it has "left" and is lost.
             self.client.handle_tx_done(now, tx.link);
-            self.dropped.push(self.transmits.last().expect("pushed").clone());
+            self.dropped
+                .push(self.transmits.last().expect("pushed").clone());
             return;
         }
         let Some(rate) = self.links[li].spec.rate else {

@@ -10,6 +10,8 @@ use super::harness::{Departure, FlowSpec, LinkSpec, Pair, PairBuilder, Side, at_
 type LinkParams = (u64, u64, Option<u32>, u32);
 /// A flow: sender is the server, packets, spacing (ms), UDP payload bytes, start (ms).
 type FlowParams = (bool, u32, u64, usize, u64);
+/// What one side sent: (source port, seq) -> inner packet.
+type Sent = BTreeMap<(u16, u32), Vec<u8>>;
 
 fn link_params(max_loss: u32) -> impl Strategy<Value = LinkParams> {
     (
@@ -45,11 +47,7 @@ fn mix(mut z: u64) -> u64 {
 
 /// Builds the pair, schedules the flows, and returns it with what each side sent:
 /// (source port, seq) -> packet bytes.
-fn run(
-    links: &[LinkParams],
-    flows: &[FlowParams],
-    seed: u64,
-) -> (Pair, [BTreeMap<(u16, u32), Vec<u8>>; 2]) {
+fn run(links: &[LinkParams], flows: &[FlowParams], seed: u64) -> (Pair, [Sent; 2]) {
     let loss: Vec<u32> = links.iter().map(|l| l.3).collect();
     let mut b = PairBuilder::new().drop_fn(Box::new(move |d: &Departure<'_>| {
         let p = loss[usize::from(d.link.0)];
@@ -82,10 +80,7 @@ fn run(
 }
 
 /// Delivered at each side: only what the peer sent, at most once, increasing per flow.
-fn check_delivery(
-    pair: &Pair,
-    sent: &[BTreeMap<(u16, u32), Vec<u8>>; 2],
-) -> Result<usize, TestCaseError> {
+fn check_delivery(pair: &Pair, sent: &[Sent; 2]) -> Result<usize, TestCaseError> {
     let mut total = 0;
     for (rx, sent_by_peer) in [(Side::Server, &sent[0]), (Side::Client, &sent[1])] {
         let idx = usize::from(rx == Side::Server);
@@ -168,9 +163,6 @@ proptest! {
     /// lost, i.e. no gap is given up. (With asymmetric delays the hold time, derived from
     /// RTT/2, can be shorter than the one-way delay spread: not asserted.)
     #[test]
-    #[ignore = "engine bug: the server never measures some links (see \
-                idle_pair_exchanges_pings_and_measures_rtt), so its hold time ignores them \
-                and gives up gaps that would have been filled"]
     fn random_symmetric_lossless_links_deliver_everything_once_in_order(
         links in proptest::collection::vec(symmetric_lossless_link(), 2..=3),
         flows in proptest::collection::vec(flow_params(1000..=1300), 1..=3),
@@ -183,8 +175,6 @@ proptest! {
 /// after the server, whose hold time (36.6 ms) only reflects the 26 ms link it measured,
 /// gave its gap up.
 #[test]
-#[ignore = "engine bug: the server never measures link 0, so its hold time ignores it \
-            (see idle_pair_exchanges_pings_and_measures_rtt)"]
 fn lossless_burst_over_link_unmeasured_by_server_loses_nothing() {
     let links = [(66, 66, Some(1), 0), (26, 26, Some(1), 0)];
     let flows = [

@@ -97,9 +97,6 @@ fn state_changes(pair: &Pair, side: Side, link: u16) -> Vec<(Instant, LinkState,
 /// Both ends, every link: after a few hundred ms of idling, an RTT sample within the
 /// peer's allowed ack delay of the configured RTT.
 #[test]
-#[ignore = "engine bug: no RTT sample when the ACK's largest packet is an ack-only datagram \
-            (link.rs on_ack keeps no send time for non-eliciting packets); the server never \
-            measures its links"]
 fn idle_pair_exchanges_pings_and_measures_rtt() {
     let mut pair = idle_pair();
     pair.drive_until(at_ms(300));
@@ -116,7 +113,10 @@ fn idle_client_pings_each_link_and_measures_rtt() {
     assert_rtt_measured(&pair, Side::Client);
     for link in [0, 1] {
         let s = pair.client.link_stats(LinkId(link)).expect("link exists");
-        assert_eq!(s.pings_sent, 1, "one PING per link at start, none before keepalive");
+        assert_eq!(
+            s.pings_sent, 1,
+            "one PING per link at start, none before keepalive"
+        );
     }
 }
 
@@ -281,7 +281,11 @@ fn lost_datagram_gap_skipped_after_hold_time() {
     let r = pair.server.stats().reorder;
     assert_eq!(r.gaps_skipped, 1);
     assert_eq!(r.late_dropped, 0);
-    assert_eq!(r.max_hold_ns, HOLD.as_nanos() as u64, "6 waited exactly the hold time");
+    assert_eq!(
+        r.max_hold_ns,
+        HOLD.as_nanos() as u64,
+        "6 waited exactly the hold time"
+    );
 }
 
 // ---- 5. Budget below the binding point ----
@@ -368,7 +372,10 @@ fn link_down_moves_traffic_to_other_link() {
     assert_eq!(pair.view(Side::Server, 0).state, LinkState::Down);
     let server_down = state_changes(&pair, Side::Server, 0);
     assert_eq!(server_down.len(), 1, "{server_down:?}");
-    assert_eq!((server_down[0].1, server_down[0].2), (LinkState::Up, LinkState::Down));
+    assert_eq!(
+        (server_down[0].1, server_down[0].2),
+        (LinkState::Up, LinkState::Down)
+    );
 
     pair.drive_until(UP_AT);
     let before_up = pair.transmits.len();
@@ -474,16 +481,16 @@ fn silent_link_becomes_suspect_and_recovers() {
         0,
         "no data bound to a suspect link"
     );
-    assert!(data_on(&pair, 1, suspect_at, up_at) > 100, "link 1 carried it");
+    assert!(
+        data_on(&pair, 1, suspect_at, up_at) > 100,
+        "link 1 carried it"
+    );
     check_once_in_order(&pair.delivered_inner(Side::Server));
 }
 
 /// Link 1 streams while link 0 is down; link 0 (20 ms RTT against 60 ms) comes back up
 /// with only a PING's worth of delivery-rate samples.
 #[test]
-#[ignore = "engine bug: MinRtt takes a PING-only delivery_rate (~25 B/s) as the link's \
-            capacity, so a link that comes back up is never chosen again (policy.rs \
-            expected_delivery)"]
 fn link_up_again_while_streaming_carries_data_when_faster() {
     let mut pair = PairBuilder::new()
         .link(LinkSpec::new(ms(10)))
@@ -498,7 +505,10 @@ fn link_up_again_while_streaming_carries_data_when_faster() {
     pair.drive_bounded();
     let v = pair.view(Side::Client, 0);
     assert_eq!(v.state, LinkState::Up);
-    assert!(v.srtt < pair.view(Side::Client, 1).srtt, "link 0 is the faster one");
+    assert!(
+        v.srtt < pair.view(Side::Client, 1).srtt,
+        "link 0 is the faster one"
+    );
     // 300 packets are sent after 500 ms; once link 0 is measured (one RTT) it is the
     // min-RTT link for all of them.
     assert!(
@@ -511,10 +521,6 @@ fn link_up_again_while_streaming_carries_data_when_faster() {
 
 /// At 240 ms the 2 ms-RTT link 1 is measured and the 236 ms-RTT link 0 is not yet.
 #[test]
-#[ignore = "engine bug: MinRtt charges the measured link its PING-only delivery_rate \
-            (1857 B/s: 47 ms for 87 bytes) and the unmeasured one nothing, so packet 0 goes \
-            on the 118 ms link and is dropped as late at the server (policy.rs \
-            expected_delivery)"]
 fn fresh_pair_first_packets_go_on_measured_fast_link() {
     let mut pair = PairBuilder::new()
         .link(LinkSpec::new(ms(118)))
@@ -524,7 +530,11 @@ fn fresh_pair_first_packets_go_on_measured_fast_link() {
     pair.send_stream(Side::Client, &flow, 2, at_ms(240), ms(1));
     pair.drive_bounded();
     assert!(pair.view(Side::Client, 1).rtt_measured);
-    assert_eq!(data_on(&pair, 0, Instant::ZERO, pair.now), 0, "nothing on the slow link");
+    assert_eq!(
+        data_on(&pair, 0, Instant::ZERO, pair.now),
+        0,
+        "nothing on the slow link"
+    );
     let per_flow = check_once_in_order(&pair.delivered_inner(Side::Server));
     assert_eq!(per_flow.get(&9300), Some(&vec![0, 1]));
 }
@@ -571,9 +581,6 @@ fn down_link_unacked_packet_expired_at_deadline_without_busy_loop() {
 /// the simulator and these tests start): link 0 is black-holed from the start and goes
 /// down at 1 ms.
 #[test]
-#[ignore = "engine bug: a packet sent at Instant::ZERO on a down or suspect link expires at \
-            the first handle_timeout: now.saturating_sub(3 x timeout) clamps to ZERO and \
-            expire_in_flight tests `p.time <= before` (endpoint.rs handle_timeout, link.rs)"]
 fn down_link_ping_sent_at_origin_kept_until_just_before_expiry() {
     let mut pair = PairBuilder::new()
         .link(LinkSpec::new(ms(10)))
@@ -603,7 +610,11 @@ fn urgent_packet_overtakes_bulk_backlog() {
         .build();
     for seq in 0..10 {
         for port in 10_000..10_050 {
-            pair.send_at(at_ms(100), Side::Client, FlowSpec::bulk(port, 972).packet(seq));
+            pair.send_at(
+                at_ms(100),
+                Side::Client,
+                FlowSpec::bulk(port, 972).packet(seq),
+            );
         }
     }
     pair.drive_until(at_ms(200));
@@ -614,7 +625,11 @@ fn urgent_packet_overtakes_bulk_backlog() {
         .flat_map(|t| data_in(&t.bytes))
         .filter(|i| !waiting.contains(i))
         .collect();
-    assert!(departed.len() >= 5, "backlog moving: {} departed", departed.len());
+    assert!(
+        departed.len() >= 5,
+        "backlog moving: {} departed",
+        departed.len()
+    );
     let ef = FlowSpec {
         dscp: DSCP_EF,
         ..FlowSpec::bulk(11_000, 100)
@@ -703,13 +718,23 @@ fn duplicate_and_garbage_datagrams_dropped_and_counted() {
 
     let after = pair.server.stats();
     assert_eq!(pair.delivered[1].len(), 100, "nothing extra delivered");
-    assert_eq!(after.datagrams_received - before.datagrams_received, injected);
+    assert_eq!(
+        after.datagrams_received - before.datagrams_received,
+        injected
+    );
     assert_eq!(after.duplicate_packets - before.duplicate_packets, 1);
     assert_eq!(after.duplicate_data - before.duplicate_data, 1);
     assert_eq!(after.malformed - before.malformed, 5);
     assert_eq!(after.wrong_session - before.wrong_session, 1);
-    assert_eq!(after.data_received - before.data_received, 1, "only the relinked DATA");
-    assert_eq!(after.reorder, before.reorder, "no DATA reached the reorder stage");
+    assert_eq!(
+        after.data_received - before.data_received,
+        1,
+        "only the relinked DATA"
+    );
+    assert_eq!(
+        after.reorder, before.reorder,
+        "no DATA reached the reorder stage"
+    );
     assert!(
         pair.events(Side::Server)
             .iter()
@@ -773,5 +798,3 @@ fn same_inputs_same_outputs() {
     }
     assert_eq!(rx_a, rx_b);
 }
-
-
