@@ -1,7 +1,8 @@
 //! `latebind`: the command-line interface.
 //!
-//! Subcommands built so far: `sim` (run a scenario in the deterministic simulator). The
-//! daemon (`client`, `server`), `lab`, `status`, `probe` and `replay` come with later work.
+//! Subcommands: `sim` (a scenario in the deterministic simulator), `client` and `server`
+//! (the daemons), `status` (a running daemon's state), `genkey` / `pubkey` (keys).
+//! `lab`, `probe` and `replay` come with later work.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,38 @@ struct Cli {
 enum Command {
     /// Run a scenario in the deterministic simulator (virtual time).
     Sim(SimArgs),
+    /// Run the client daemon (the multi-homed host).
+    Client {
+        /// Configuration file (see examples/client.toml).
+        #[arg(long, env = "LATEBIND_CONFIG")]
+        config: PathBuf,
+        /// Install the configured routes through the tunnel.
+        #[arg(long)]
+        routes: bool,
+    },
+    /// Run the server daemon (the aggregation point).
+    Server {
+        /// Configuration file (see examples/server.toml).
+        #[arg(long, env = "LATEBIND_CONFIG")]
+        config: PathBuf,
+    },
+    /// Show a running daemon's links, queues and counters.
+    Status {
+        /// The daemon's control socket.
+        #[arg(
+            long,
+            default_value = "/run/latebind/client.sock",
+            env = "LATEBIND_CONTROL"
+        )]
+        socket: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a new private key (base64).
+    Genkey,
+    /// Read a private key on standard input, print its public key.
+    Pubkey,
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,7 +95,56 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Sim(args) => sim(args),
+        Command::Client { config, routes } => {
+            init_logging();
+            let cfg = latebind_daemon::config::ClientConfig::load(&config)?;
+            latebind_daemon::client::run(cfg, latebind_daemon::client::ClientOptions { routes })
+        }
+        Command::Server { config } => {
+            init_logging();
+            let cfg = latebind_daemon::config::ServerConfig::load(&config)?;
+            latebind_daemon::server::run(cfg)
+        }
+        Command::Status { socket, json } => {
+            let text = latebind_daemon::control::query(&socket)?;
+            if json {
+                println!("{text}");
+            } else {
+                let status: latebind_daemon::status::Status =
+                    serde_json::from_str(&text).context("the daemon's answer is not a status")?;
+                print!("{}", status.table());
+            }
+            Ok(())
+        }
+        Command::Genkey => {
+            let mut b = [0u8; 32];
+            getrandom::fill(&mut b).context("reading OS randomness")?;
+            println!(
+                "{}",
+                latebind_crypto::StaticSecret::from_random_bytes(b).to_base64()
+            );
+            Ok(())
+        }
+        Command::Pubkey => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            let key: latebind_crypto::StaticSecret = text
+                .trim()
+                .parse()
+                .map_err(|e| anyhow::anyhow!("standard input: {e}"))?;
+            println!("{}", key.public_key());
+            Ok(())
+        }
     }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LATEBIND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn sim(args: SimArgs) -> Result<()> {

@@ -150,7 +150,18 @@ pub struct Endpoint {
     loss_report_due: bool,
     next_housekeeping: Instant,
     pool: Vec<Vec<u8>>,
+    /// What the policy sees: one view per link, in the order of `links`. A link's entry is
+    /// refreshed as soon as it sends or a datagram of it departs; every other change
+    /// (acknowledgements, timers, link events, new links) marks all entries stale, to be
+    /// rebuilt at the next binding. `pacer_next`, which depends on `now`, is filled in at
+    /// each binding.
     views: Vec<LinkView>,
+    views_stale: bool,
+    /// Whether any link is paced; if none is, every view's `pacer_next` is `now`.
+    any_paced: bool,
+    /// No control datagram is due before this instant unless an input changes a link
+    /// (cleared to `Instant::ZERO`, "scan the links", by every such input).
+    control_idle_until: Instant,
     lost_scratch: Vec<SentPacket>,
     /// CoDel interval in force, refreshed when RTTs or link states change.
     codel_interval: Duration,
@@ -185,6 +196,9 @@ impl Endpoint {
             loss_report_due: false,
             pool: Vec::new(),
             views: Vec::new(),
+            views_stale: true,
+            any_paced: false,
+            control_idle_until: Instant::ZERO,
             lost_scratch: Vec::new(),
         })
     }
@@ -288,11 +302,32 @@ impl Endpoint {
     }
 
     fn link(&self, id: LinkId) -> Option<&Link> {
-        self.links.iter().find(|l| l.id == id)
+        self.link_index(id).map(|i| &self.links[i])
     }
 
     fn link_index(&self, id: LinkId) -> Option<usize> {
-        self.links.iter().position(|l| l.id == id)
+        // `links` is sorted by id, and ids are usually 0, 1, 2, ...: try the id as the
+        // index first.
+        let guess = usize::from(id.0);
+        if self.links.get(guess).is_some_and(|l| l.id == id) {
+            return Some(guess);
+        }
+        self.links.binary_search_by_key(&id, |l| l.id).ok()
+    }
+
+    /// Notes that links changed in ways the cached views and the control deadline do not
+    /// follow. Called by every input that can change a link other than by sending or by a
+    /// departure.
+    fn links_changed(&mut self) {
+        self.views_stale = true;
+        self.control_idle_until = Instant::ZERO;
+    }
+
+    /// Refreshes the cached view of link `i` after it sent or a datagram of it departed.
+    fn refresh_view(&mut self, i: usize) {
+        if let Some(v) = self.views.get_mut(i) {
+            self.links[i].update_view(v);
+        }
     }
 
     // ---- inputs ----
@@ -303,6 +338,8 @@ impl Endpoint {
         if self.link(id).is_some() {
             return false;
         }
+        self.links_changed();
+        self.any_paced |= config.pacing_rate.is_some();
         let link = Link::new(id, config, self.config.initial_rtt, now);
         let pos = self.links.partition_point(|l| l.id < id);
         self.links.insert(pos, link);
@@ -336,6 +373,7 @@ impl Endpoint {
         let Some(i) = self.link_index(link) else {
             return;
         };
+        self.links_changed();
         let l = &mut self.links[i];
         let local_down = change == LinkChange::Down;
         if local_down {
@@ -357,11 +395,13 @@ impl Endpoint {
     pub fn handle_tx_done(&mut self, now: Instant, link: LinkId) {
         if let Some(i) = self.link_index(link) {
             self.links[i].on_tx_done(now);
+            self.refresh_view(i);
         }
     }
 
     /// A datagram from the network.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        self.links_changed();
         self.stats.datagrams_received += 1;
         let Ok((header, frames)) = wire::parse(datagram) else {
             self.stats.malformed += 1;
@@ -524,6 +564,7 @@ impl Endpoint {
     /// Timers: loss detection, suspicion, probes, keepalives, loss reports, reorder holds,
     /// housekeeping. Safe to call at any time.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.links_changed();
         let mut lost = std::mem::take(&mut self.lost_scratch);
         for i in 0..self.links.len() {
             let l = &mut self.links[i];
@@ -615,6 +656,9 @@ impl Endpoint {
     }
 
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if now < self.control_idle_until {
+            return None;
+        }
         let announce = self.links.iter().any(|l| l.announce);
         for i in 0..self.links.len() {
             let ack_due = self.links[i].rx.ack_deadline.is_some_and(|d| d <= now);
@@ -670,6 +714,15 @@ impl Endpoint {
             self.write_loss_report(buf);
             return Some(self.finish(now, via, buf, false, None));
         }
+        // Nothing is due now. What could become due by itself is an acknowledgement or a
+        // probe at its deadline; anything else needs an input, which clears this.
+        self.control_idle_until = self
+            .links
+            .iter()
+            .flat_map(|l| [l.rx.ack_deadline, l.ping_due])
+            .flatten()
+            .min()
+            .unwrap_or(Instant::MAX);
         None
     }
 
@@ -679,8 +732,19 @@ impl Endpoint {
         }
         let budget = self.config.budget_packets;
         let mut views = std::mem::take(&mut self.views);
-        views.clear();
-        views.extend(self.links.iter().map(|l| l.view(now, budget)));
+        if self.views_stale {
+            views.clear();
+            views.extend(self.links.iter().map(|l| l.view(now, budget)));
+            self.views_stale = false;
+        } else if self.any_paced {
+            for (v, l) in views.iter_mut().zip(&self.links) {
+                v.pacer_next = l.pacer_next(now);
+            }
+        } else {
+            for v in &mut views {
+                v.pacer_next = now;
+            }
+        }
         let policy = &mut self.policy;
         let taken = self.queues.dequeue_with(now, |flow, head| {
             let meta = PacketMeta {
@@ -787,8 +851,10 @@ impl Endpoint {
         let carries_data = data.is_some();
         let l = &mut self.links[li];
         l.on_sent(now, buf.len(), eliciting, data);
+        let link = l.id;
+        self.refresh_view(li);
         Transmit {
-            link: l.id,
+            link,
             len: buf.len(),
             carries_data,
         }

@@ -13,7 +13,8 @@
 //! list, so a heavy EF flow cannot starve others: priority holds for one quantum per
 //! busy period, like fq_codel's sparse-flow boost.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 use core::time::Duration;
 
@@ -27,6 +28,220 @@ use crate::time::Instant;
 pub(crate) struct Queued {
     pub(crate) data: Vec<u8>,
     pub(crate) enqueued: Instant,
+}
+
+/// "No node" / "no slot" in the `u32` links of the packet store and the flow index.
+const NIL: u32 = u32::MAX;
+
+/// An entry of the packet store: a queued packet and the next one of its flow, or, while
+/// free, the next free entry.
+#[derive(Debug)]
+struct Node {
+    packet: Queued,
+    next: u32,
+}
+
+/// A flow's FIFO: a singly linked list through the packet store.
+#[derive(Clone, Copy, Debug)]
+struct Fifo {
+    head: u32,
+    tail: u32,
+}
+
+impl Fifo {
+    const EMPTY: Self = Self {
+        head: NIL,
+        tail: NIL,
+    };
+
+    fn is_empty(self) -> bool {
+        self.head == NIL
+    }
+}
+
+/// Storage of every queued packet, all flows together. Entries are reused most recently
+/// freed first, so the one a new packet gets is usually still in cache.
+#[derive(Debug)]
+struct Packets {
+    nodes: Vec<Node>,
+    free: u32,
+}
+
+impl Packets {
+    fn new() -> Self {
+        Self {
+            nodes: Vec::new(),
+            free: NIL,
+        }
+    }
+
+    fn push_back(&mut self, fifo: &mut Fifo, packet: Queued) {
+        let i = if self.free == NIL {
+            let i = u32::try_from(self.nodes.len())
+                .ok()
+                .filter(|&i| i != NIL)
+                .expect("fewer than 2^32 - 1 packets queued");
+            self.nodes.push(Node { packet, next: NIL });
+            i
+        } else {
+            let i = self.free;
+            let node = &mut self.nodes[i as usize];
+            self.free = node.next;
+            node.packet = packet;
+            node.next = NIL;
+            i
+        };
+        if fifo.tail == NIL {
+            fifo.head = i;
+        } else {
+            self.nodes[fifo.tail as usize].next = i;
+        }
+        fifo.tail = i;
+    }
+
+    fn pop_front(&mut self, fifo: &mut Fifo) -> Option<Queued> {
+        if fifo.head == NIL {
+            return None;
+        }
+        let i = fifo.head;
+        let node = &mut self.nodes[i as usize];
+        fifo.head = node.next;
+        if fifo.head == NIL {
+            fifo.tail = NIL;
+        }
+        let packet = Queued {
+            data: std::mem::take(&mut node.packet.data),
+            enqueued: node.packet.enqueued,
+        };
+        node.next = self.free;
+        self.free = i;
+        Some(packet)
+    }
+
+    fn front(&self, fifo: Fifo) -> Option<&Queued> {
+        (fifo.head != NIL).then(|| &self.nodes[fifo.head as usize].packet)
+    }
+
+    fn front_mut(&mut self, fifo: Fifo) -> Option<&mut Queued> {
+        (fifo.head != NIL).then(|| &mut self.nodes[fifo.head as usize].packet)
+    }
+}
+
+/// The flow table's index, flow key -> slot: open addressing with linear probing over
+/// `u64` entries, each the upper 32 bits of the key's keyed hash (its tag, which also
+/// chooses its home position) and the slot, or `EMPTY`. Keys are compared in the flows
+/// themselves, which the caller needs next anyway, so a lookup usually touches one entry
+/// and one flow. Kept at most half full.
+#[derive(Debug)]
+struct FlowIndex {
+    hasher: foldhash::fast::FixedState,
+    table: Vec<u64>,
+    len: usize,
+}
+
+impl FlowIndex {
+    const EMPTY: u64 = u64::MAX;
+
+    fn new(seed: u64) -> Self {
+        Self {
+            hasher: foldhash::fast::FixedState::with_seed(seed),
+            table: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The tag of a key: the upper half of its keyed hash.
+    fn tag(&self, key: &FlowKey) -> u32 {
+        (self.hasher.hash_one(key) >> 32) as u32
+    }
+
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & (self.table.len() - 1)
+    }
+
+    /// The slot under `tag` for which `is_key` holds (it compares the flow's key).
+    fn get(&self, tag: u32, is_key: impl Fn(usize) -> bool) -> Option<usize> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let mask = self.table.len() - 1;
+        let mut i = self.home(tag);
+        loop {
+            let e = self.table[i];
+            if e == Self::EMPTY {
+                return None;
+            }
+            if (e >> 32) as u32 == tag && is_key(e as u32 as usize) {
+                return Some(e as u32 as usize);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Adds `slot` under `tag` (the key is not in the index).
+    fn insert(&mut self, tag: u32, slot: usize) {
+        let slot = u32::try_from(slot)
+            .ok()
+            .filter(|&s| s != NIL)
+            .expect("fewer than 2^32 - 1 flows");
+        if (self.len + 1) * 2 > self.table.len() {
+            self.grow();
+        }
+        self.place(u64::from(tag) << 32 | u64::from(slot));
+        self.len += 1;
+    }
+
+    fn place(&mut self, entry: u64) {
+        let mask = self.table.len() - 1;
+        let mut i = self.home((entry >> 32) as u32);
+        while self.table[i] != Self::EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.table[i] = entry;
+    }
+
+    fn grow(&mut self) {
+        let cap = (self.table.len() * 2).max(16);
+        let old = std::mem::replace(&mut self.table, vec![Self::EMPTY; cap]);
+        for e in old {
+            if e != Self::EMPTY {
+                self.place(e);
+            }
+        }
+    }
+
+    /// Removes `slot`, which is in the index under `tag`.
+    fn remove(&mut self, tag: u32, slot: usize) {
+        let mask = self.table.len() - 1;
+        let entry = u64::from(tag) << 32 | slot as u64;
+        let mut i = self.home(tag);
+        while self.table[i] != entry {
+            debug_assert_ne!(self.table[i], Self::EMPTY, "removing a slot not indexed");
+            i = (i + 1) & mask;
+        }
+        // Backward-shift deletion: move later entries of the probe run into the hole
+        // when their home position allows it, so that no probe run is broken.
+        self.table[i] = Self::EMPTY;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let e = self.table[j];
+            if e == Self::EMPTY {
+                break;
+            }
+            let home = self.home((e >> 32) as u32);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(i) & mask) {
+                self.table[i] = e;
+                self.table[j] = Self::EMPTY;
+                i = j;
+            }
+        }
+        self.len -= 1;
+    }
 }
 
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
@@ -52,7 +267,7 @@ pub(crate) struct Flow {
     pub(crate) key: FlowKey,
     pub(crate) id: FlowId,
     pub(crate) latency_sensitive: bool,
-    queue: VecDeque<Queued>,
+    queue: Fifo,
     bytes: usize,
     deficit: i64,
     list: List,
@@ -92,7 +307,9 @@ pub(crate) enum Decision<T> {
 pub(crate) struct FlowQueues {
     flows: Vec<Option<Flow>>,
     free: Vec<usize>,
-    index: HashMap<FlowKey, usize, foldhash::fast::FixedState>,
+    index: FlowIndex,
+    /// Every queued packet; the flows' FIFOs are linked lists through it.
+    store: Packets,
     priority: VecDeque<usize>,
     new: VecDeque<usize>,
     old: VecDeque<usize>,
@@ -116,7 +333,8 @@ impl FlowQueues {
         Self {
             flows: Vec::new(),
             free: Vec::new(),
-            index: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(config.hash_seed)),
+            index: FlowIndex::new(config.hash_seed),
+            store: Packets::new(),
             priority: VecDeque::new(),
             new: VecDeque::new(),
             old: VecDeque::new(),
@@ -167,10 +385,13 @@ impl FlowQueues {
         let flow = self.flows[slot]
             .as_mut()
             .expect("slot_for returns a live slot");
-        flow.queue.push_back(Queued {
-            data,
-            enqueued: now,
-        });
+        self.store.push_back(
+            &mut flow.queue,
+            Queued {
+                data,
+                enqueued: now,
+            },
+        );
         flow.bytes += len;
         flow.last_active = now;
         let list = flow.list;
@@ -198,7 +419,10 @@ impl FlowQueues {
     }
 
     fn slot_for(&mut self, now: Instant, info: &PacketInfo) -> usize {
-        if let Some(&slot) = self.index.get(&info.key) {
+        let tag = self.index.tag(&info.key);
+        let flows = &self.flows;
+        let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == info.key);
+        if let Some(slot) = self.index.get(tag, is_key) {
             return slot;
         }
         if self.index.len() >= self.max_flows {
@@ -211,7 +435,7 @@ impl FlowQueues {
             key: info.key,
             id: FlowId(self.next_flow_id),
             latency_sensitive: info.is_latency_sensitive(),
-            queue: VecDeque::new(),
+            queue: Fifo::EMPTY,
             bytes: 0,
             deficit: 0,
             list: List::None,
@@ -231,7 +455,7 @@ impl FlowQueues {
                 self.flows.len() - 1
             }
         };
-        self.index.insert(info.key, slot);
+        self.index.insert(tag, slot);
         if self.index.len() > self.max_flows {
             // The table was full: this flow becomes the shared overflow queue.
             self.overflow_slot = Some(slot);
@@ -254,7 +478,7 @@ impl FlowQueues {
             return false;
         }
         let flow = self.flows[slot].as_mut().expect("enumerated as live");
-        let Some(q) = flow.queue.pop_front() else {
+        let Some(q) = self.store.pop_front(&mut flow.queue) else {
             return false;
         };
         flow.bytes -= q.data.len();
@@ -309,12 +533,15 @@ impl FlowQueues {
                 continue;
             }
             let flow = self.flows[slot].as_ref().expect("listed flows are live");
-            let head = flow.queue.front().expect("codel_head saw a packet");
+            let head = self
+                .store
+                .front(flow.queue)
+                .expect("codel_head saw a packet");
             return match decide(flow, head) {
                 Decision::Wait => None,
                 Decision::Take(t) => {
                     let flow = flow_mut(&mut self.flows, slot);
-                    let q = flow.queue.pop_front().expect("head exists");
+                    let q = self.store.pop_front(&mut flow.queue).expect("head exists");
                     flow.bytes -= q.data.len();
                     flow.deficit -= q.data.len() as i64;
                     let seq = flow.next_seq;
@@ -341,55 +568,48 @@ impl FlowQueues {
     /// CoDel at the head of a flow: drops (or marks) as RFC 8289 says, and returns whether
     /// a packet is left at the head.
     fn codel_head(&mut self, now: Instant, slot: usize) -> bool {
+        // The common cases, as `codel_head_slow` handles them: an empty queue, and a queue
+        // that is fine outside a dropping state (it keeps its head).
+        let flow = flow_mut(&mut self.flows, slot);
+        let Some(head) = self.store.front(flow.queue) else {
+            flow.codel.first_above_time = None;
+            flow.codel.dropping = false;
+            return false;
+        };
+        if !flow.codel.dropping && queue_fine(now - head.enqueued, self.target, flow.bytes) {
+            flow.codel.first_above_time = None;
+            return true;
+        }
+        self.codel_head_slow(now, slot)
+    }
+
+    #[inline(never)]
+    fn codel_head_slow(&mut self, now: Instant, slot: usize) -> bool {
         let (target, interval, ecn) = (self.target, self.interval, self.ecn);
         loop {
             let flow = flow_mut(&mut self.flows, slot);
-            let Some(head) = flow.queue.front() else {
+            let Some(head) = self.store.front(flow.queue) else {
                 flow.codel.first_above_time = None;
                 flow.codel.dropping = false;
                 return false;
             };
             let sojourn = now - head.enqueued;
-            let ok_to_drop =
-                codel_ok_to_drop(&mut flow.codel, now, sojourn, target, interval, flow.bytes);
-            let c = &mut flow.codel;
-            let act = if c.dropping {
-                if !ok_to_drop {
-                    c.dropping = false;
-                    false
-                } else if now >= c.drop_next {
-                    c.count += 1;
-                    c.drop_next = control_law(c.drop_next, interval, c.count);
-                    true
-                } else {
-                    false
-                }
-            } else if ok_to_drop {
-                c.dropping = true;
-                let delta = c.count.saturating_sub(c.last_count);
-                c.count = if delta > 1 && now - c.drop_next < interval * 16 {
-                    delta
-                } else {
-                    1
-                };
-                c.last_count = c.count;
-                c.drop_next = control_law(now, interval, c.count);
-                true
-            } else {
-                false
-            };
+            let act = codel_act(&mut flow.codel, now, sojourn, target, interval, flow.bytes);
             if !act {
                 return true;
             }
             // Mark an ECN-capable head instead of dropping it; then it is sent.
             if ecn {
-                let head = flow.queue.front_mut().expect("checked above");
+                let head = self.store.front_mut(flow.queue).expect("checked above");
                 if mark_ce(&mut head.data) {
                     self.stats.aqm_marked += 1;
                     return true;
                 }
             }
-            let q = flow.queue.pop_front().expect("checked above");
+            let q = self
+                .store
+                .pop_front(&mut flow.queue)
+                .expect("checked above");
             flow.bytes -= q.data.len();
             self.packets -= 1;
             self.bytes -= q.data.len();
@@ -409,7 +629,7 @@ impl FlowQueues {
             };
             if expired {
                 let f = self.flows[slot].take().expect("checked live");
-                self.index.remove(&f.key);
+                self.index.remove(self.index.tag(&f.key), slot);
                 self.free.push(slot);
                 if self.overflow_slot == Some(slot) {
                     self.overflow_slot = None;
@@ -423,6 +643,48 @@ fn flow_mut(flows: &mut [Option<Flow>], slot: usize) -> &mut Flow {
     flows[slot].as_mut().expect("slot is live")
 }
 
+/// Below target, or with at most one MTU queued, the queue is fine (RFC 8289 5.3).
+fn queue_fine(sojourn: Duration, target: Duration, backlog_bytes: usize) -> bool {
+    sojourn < target || backlog_bytes <= 1514
+}
+
+/// One step of CoDel's state machine for the head packet: whether to drop (or mark) it.
+fn codel_act(
+    c: &mut Codel,
+    now: Instant,
+    sojourn: Duration,
+    target: Duration,
+    interval: Duration,
+    backlog_bytes: usize,
+) -> bool {
+    let ok_to_drop = codel_ok_to_drop(c, now, sojourn, target, interval, backlog_bytes);
+    if c.dropping {
+        if !ok_to_drop {
+            c.dropping = false;
+            false
+        } else if now >= c.drop_next {
+            c.count += 1;
+            c.drop_next = control_law(c.drop_next, interval, c.count);
+            true
+        } else {
+            false
+        }
+    } else if ok_to_drop {
+        c.dropping = true;
+        let delta = c.count.saturating_sub(c.last_count);
+        c.count = if delta > 1 && now - c.drop_next < interval * 16 {
+            delta
+        } else {
+            1
+        };
+        c.last_count = c.count;
+        c.drop_next = control_law(now, interval, c.count);
+        true
+    } else {
+        false
+    }
+}
+
 fn codel_ok_to_drop(
     c: &mut Codel,
     now: Instant,
@@ -431,8 +693,7 @@ fn codel_ok_to_drop(
     interval: Duration,
     backlog_bytes: usize,
 ) -> bool {
-    // Below target, or with at most one MTU queued, the queue is fine (RFC 8289 5.3).
-    if sojourn < target || backlog_bytes <= 1514 {
+    if queue_fine(sojourn, target, backlog_bytes) {
         c.first_above_time = None;
         return false;
     }
@@ -451,6 +712,8 @@ fn control_law(t: Instant, interval: Duration, count: u32) -> Instant {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::classify::classify;
 
@@ -606,6 +869,44 @@ mod tests {
         }
         for v in seqs.values() {
             assert_eq!(v, &vec![0, 1, 2]);
+        }
+    }
+
+    #[test]
+    fn flow_index_matches_a_map_under_collisions_and_removals() {
+        // Tags from a tiny range: long probe runs, equal tags, wrap-around at the table's
+        // end, and backward-shift deletion inside runs.
+        let mut index = FlowIndex::new(0);
+        let mut model: HashMap<usize, u32> = HashMap::new();
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for step in 0..20_000 {
+            let slot = (next() % 300) as usize;
+            match model.get(&slot) {
+                Some(&tag) if next() % 2 == 0 => {
+                    index.remove(tag, slot);
+                    model.remove(&slot);
+                }
+                Some(_) => {}
+                None => {
+                    let tag = (next() % 12) as u32 | ((next() % 3) as u32) << 29;
+                    index.insert(tag, slot);
+                    model.insert(slot, tag);
+                }
+            }
+            assert_eq!(index.len(), model.len());
+            if step % 97 == 0 {
+                for probe in 0..300 {
+                    let tag = model.get(&probe).copied().unwrap_or(5);
+                    let found = index.get(tag, |s| s == probe);
+                    assert_eq!(found, model.contains_key(&probe).then_some(probe));
+                }
+            }
         }
     }
 

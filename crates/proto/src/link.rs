@@ -448,9 +448,26 @@ impl Link {
             tx_rate: self.tx_rate,
             delivery_rate: self.delivery_rate,
             in_flight: self.in_flight,
-            pacer_next: self.pacer.next_send(now, 1500),
+            pacer_next: self.pacer_next(now),
             backup: self.config.backup,
         }
+    }
+
+    /// Brings a view made by [`Self::view`] up to date after this link sent a datagram or
+    /// one of its datagrams departed: of the view's fields, these change only the packets
+    /// below the binding point, the packets in flight and the interface rate (and the
+    /// pacer, which `pacer_next` reads at `now`).
+    #[inline]
+    pub(crate) fn update_view(&self, view: &mut LinkView) {
+        view.below_binding = self.below.len();
+        view.in_flight = self.in_flight;
+        view.tx_rate = self.tx_rate;
+    }
+
+    /// Earliest time the pacer allows a full-size packet ([`LinkView::pacer_next`]).
+    #[inline]
+    pub(crate) fn pacer_next(&self, now: Instant) -> Instant {
+        self.pacer.next_send(now, 1500)
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.
@@ -510,9 +527,9 @@ impl Link {
         // Its serialization began when it was handed over or when the previous packet
         // left, whichever was later: a clean sample of the interface's rate.
         let start = queued_at.max(self.last_tx_done);
-        let dt = (now - start).as_secs_f64();
-        if dt > 0.0 {
-            let sample = size as f64 / dt;
+        // No time passed (it left at once): no sample.
+        if now > start {
+            let sample = size as f64 / (now - start).as_secs_f64();
             self.tx_rate = if self.tx_rate == 0.0 {
                 sample
             } else {

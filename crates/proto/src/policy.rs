@@ -59,13 +59,19 @@ impl MinRtt {
     /// application-limited and would make an idle link look seconds slow.
     pub fn expected_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
         let rate = link.tx_rate;
-        let per_byte_ns = if rate > 0.0 { 1e9 / rate } else { 0.0 };
+        let pacer_wait_ns = link.pacer_next.as_nanos().saturating_sub(now.as_nanos());
         // Plain float arithmetic: this runs for every link on every packet.
-        let ahead = (link.below_binding * len) as f64 * per_byte_ns;
-        let own = len as f64 * per_byte_ns;
-        let pacer_wait = link.pacer_next.as_nanos().saturating_sub(now.as_nanos()) as f64;
         // `as_nanos` is a u128; converting that to f64 is a slow libcall.
         let half_rtt = link.srtt.as_secs_f64() * 0.5e9;
+        if rate <= 0.0 && pacer_wait_ns == 0 {
+            // The common case of an unpaced link whose interface never backed up: the
+            // general formula below adds only zeros to `half_rtt`.
+            return half_rtt as u64;
+        }
+        let per_byte_ns = if rate > 0.0 { 1e9 / rate } else { 0.0 };
+        let ahead = (link.below_binding * len) as f64 * per_byte_ns;
+        let own = len as f64 * per_byte_ns;
+        let pacer_wait = pacer_wait_ns as f64;
         (pacer_wait.max(ahead) + own + half_rtt) as u64
     }
 
@@ -89,10 +95,28 @@ impl BindPolicy for MinRtt {
     }
 
     fn bind(&mut self, now: Instant, packet: &PacketMeta, links: &[LinkView]) -> Binding {
-        let best =
-            usable(links).min_by_key(|l| (Self::expected_delivery(now, packet.len, l), l.id));
-        match best {
-            Some(l) if l.has_room(now) => Binding::Link(l.id),
+        // The minimum over `usable(links)` of (expected delivery, id), in one pass: the
+        // best primary link that is up and, as long as there is none, the best backup.
+        let mut primary: Option<(u64, LinkId, usize)> = None;
+        let mut backup: Option<(u64, LinkId, usize)> = None;
+        for (i, l) in links.iter().enumerate() {
+            if l.state != LinkState::Up {
+                continue;
+            }
+            if !l.backup {
+                let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
+                if primary.is_none_or(|(k, id, _)| key < (k, id)) {
+                    primary = Some((key.0, key.1, i));
+                }
+            } else if primary.is_none() {
+                let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
+                if backup.is_none_or(|(k, id, _)| key < (k, id)) {
+                    backup = Some((key.0, key.1, i));
+                }
+            }
+        }
+        match primary.or(backup) {
+            Some((_, id, i)) if links[i].has_room(now) => Binding::Link(id),
             _ => Binding::Wait,
         }
     }

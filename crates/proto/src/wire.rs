@@ -162,11 +162,13 @@ impl Header {
 
     /// Appends the [`HEADER_LEN`]-byte encoding of this header, with flags 0, to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.push(VERSION);
-        out.push(0);
-        out.extend_from_slice(&self.session.to_be_bytes());
-        out.extend_from_slice(&self.link.to_be_bytes());
-        out.extend_from_slice(&self.pn.to_be_bytes());
+        // Assembled on the stack and appended at once: one capacity check, not five.
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = VERSION;
+        b[2..6].copy_from_slice(&self.session.to_be_bytes());
+        b[6..8].copy_from_slice(&self.link.to_be_bytes());
+        b[8..12].copy_from_slice(&self.pn.to_be_bytes());
+        out.extend_from_slice(&b);
     }
 }
 
@@ -595,11 +597,14 @@ pub fn emit_data(
     payload: &[u8],
 ) -> Result<(), EncodeError> {
     let len = u16::try_from(payload.len()).map_err(|_| EncodeError::TooLong)?;
-    out.push(frame_type::DATA);
-    out.extend_from_slice(&global_seq.to_be_bytes());
-    out.extend_from_slice(&flow_id.to_be_bytes());
-    out.extend_from_slice(&flow_seq.to_be_bytes());
-    out.extend_from_slice(&len.to_be_bytes());
+    let mut h = [0u8; DATA_FRAME_HEADER_LEN];
+    h[0] = frame_type::DATA;
+    h[1..5].copy_from_slice(&global_seq.to_be_bytes());
+    h[5..9].copy_from_slice(&flow_id.to_be_bytes());
+    h[9..13].copy_from_slice(&flow_seq.to_be_bytes());
+    h[13..15].copy_from_slice(&len.to_be_bytes());
+    out.reserve(h.len() + payload.len());
+    out.extend_from_slice(&h);
     out.extend_from_slice(payload);
     Ok(())
 }

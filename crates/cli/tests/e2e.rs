@@ -1,0 +1,477 @@
+//! End to end: the real client and server daemons in network namespaces this test
+//! creates, joined by two veth pairs (two links), with kernel TCP and UDP through the
+//! encrypted tunnel. Needs root: without it the tests print why and pass, except under
+//! CI=true where a missing privilege is a failure.
+//!
+//! Addresses are in 198.18.0.0/15 (benchmarking range) and 10.77.0.0/24 (the tunnel), all
+//! inside the namespaces; nothing is sent anywhere else.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sched::{CloneFlags, setns};
+
+fn root_or_skip(name: &str) -> bool {
+    if nix::unistd::Uid::effective().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{name}: needs root, and CI=true"
+    );
+    eprintln!("{name}: skipped: needs root (network namespaces, TUN)");
+    false
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_latebind")
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Two namespaces, two veth links, keys and configs; torn down on drop.
+struct Net {
+    client_ns: String,
+    server_ns: String,
+    dir: PathBuf,
+    daemons: Vec<Child>,
+}
+
+impl Net {
+    fn new() -> Self {
+        let id = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let (c, s) = (format!("lbt-c{id}"), format!("lbt-s{id}"));
+        let dir = std::env::temp_dir().join(format!("latebind-e2e-{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let net = Self {
+            client_ns: c.clone(),
+            server_ns: s.clone(),
+            dir,
+            daemons: Vec::new(),
+        };
+        sh(&["ip", "netns", "add", &c]);
+        sh(&["ip", "netns", "add", &s]);
+        for (ns, _) in [(&c, 0), (&s, 0)] {
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        for i in 0..2 {
+            let (ci, si) = (format!("c{i}"), format!("s{i}"));
+            sh(&[
+                "ip",
+                "link",
+                "add",
+                &format!("lbtc{i}{id}"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("lbts{i}{id}"),
+            ]);
+            sh(&[
+                "ip",
+                "link",
+                "set",
+                &format!("lbtc{i}{id}"),
+                "netns",
+                &c,
+                "name",
+                &ci,
+            ]);
+            sh(&[
+                "ip",
+                "link",
+                "set",
+                &format!("lbts{i}{id}"),
+                "netns",
+                &s,
+                "name",
+                &si,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                &c,
+                "addr",
+                "add",
+                &format!("198.18.{}.2/24", 10 + i),
+                "dev",
+                &ci,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                &s,
+                "addr",
+                "add",
+                &format!("198.18.{}.1/24", 10 + i),
+                "dev",
+                &si,
+            ]);
+            sh(&["ip", "-n", &c, "link", "set", &ci, "up"]);
+            sh(&["ip", "-n", &s, "link", "set", &si, "up"]);
+        }
+        net
+    }
+
+    fn key() -> (String, String) {
+        let out = Command::new(bin()).arg("genkey").output().unwrap();
+        let private = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let mut p = Command::new(bin())
+            .arg("pubkey")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        p.stdin
+            .take()
+            .unwrap()
+            .write_all(private.as_bytes())
+            .unwrap();
+        let public = String::from_utf8(p.wait_with_output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_owned();
+        (private, public)
+    }
+
+    fn start(&mut self, client_key: &(String, String), allowed_client_pub: &str) {
+        let server_key = Self::key();
+        let server_toml = format!(
+            "[server]\nprivate_key = \"{}\"\nlisten = [\"0.0.0.0:51820\"]\ntun = \"lbs0\"\naddress = \"10.77.0.1/24\"\ncontrol_socket = \"{}\"\n[[peers]]\nname = \"c\"\npublic_key = \"{}\"\naddress = \"10.77.0.2\"\n",
+            server_key.0,
+            self.dir.join("server.sock").display(),
+            allowed_client_pub
+        );
+        let client_toml = format!(
+            "[client]\nprivate_key = \"{}\"\nserver_public_key = \"{}\"\ntun = \"lb0\"\naddress = \"10.77.0.2/24\"\ncontrol_socket = \"{}\"\n[[links]]\nname = \"a\"\ninterface = \"c0\"\nserver = \"198.18.10.1:51820\"\n[[links]]\nname = \"b\"\ninterface = \"c1\"\nserver = \"198.18.11.1:51820\"\n",
+            client_key.0,
+            server_key.1,
+            self.dir.join("client.sock").display()
+        );
+        std::fs::write(self.dir.join("server.toml"), server_toml).unwrap();
+        std::fs::write(self.dir.join("client.toml"), client_toml).unwrap();
+        for (ns, role) in [
+            (self.server_ns.clone(), "server"),
+            (self.client_ns.clone(), "client"),
+        ] {
+            let log = std::fs::File::create(self.dir.join(format!("{role}.log"))).unwrap();
+            let child = Command::new("ip")
+                .args(["netns", "exec", &ns, bin(), role, "--config"])
+                .arg(self.dir.join(format!("{role}.toml")))
+                .env("LATEBIND_LOG", "debug")
+                .stderr(log)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            self.daemons.push(child);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn status(&self, role: &str) -> serde_json::Value {
+        let out = Command::new(bin())
+            .args(["status", "--json", "--socket"])
+            .arg(self.dir.join(format!("{role}.sock")))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn wait_established(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.status("client")["sessions"][0]["established"] == true {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "no handshake within 10 s; logs in {}: {}",
+            self.dir.display(),
+            self.logs()
+        );
+    }
+
+    fn logs(&self) -> String {
+        ["client", "server"]
+            .iter()
+            .map(|r| std::fs::read_to_string(self.dir.join(format!("{r}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    }
+
+    /// Runs `f` on a thread whose network namespace is `ns`.
+    fn in_ns<T: Send + 'static>(
+        ns: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = Path::new("/run/netns").join(ns);
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).unwrap();
+            setns(fd.as_fd(), CloneFlags::CLONE_NEWNET).unwrap();
+            f()
+        })
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            // SIGTERM first: the daemons stop cleanly and remove their control sockets.
+            let _ = Command::new("kill").arg(d.id().to_string()).status();
+        }
+        for d in &mut self.daemons {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline && d.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.client_ns])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.server_ns])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ (i >> 8)) as u8
+}
+
+/// Sends `bytes` over TCP from the client to the server through the tunnel; returns the
+/// bytes received, checked byte for byte, and the elapsed time. `during` runs while the
+/// transfer is under way.
+fn tcp_transfer(net: &Net, bytes: usize, during: impl FnOnce()) -> (usize, Duration) {
+    let listener = Net::in_ns(&net.server_ns, move || {
+        let l = TcpListener::bind("10.77.0.1:5001").unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            for (k, b) in buf[..n].iter().enumerate() {
+                assert_eq!(*b, pattern(got + k), "byte {} corrupted", got + k);
+            }
+            got += n;
+        }
+        got
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let sender = Net::in_ns(&net.client_ns, move || {
+        let mut s =
+            TcpStream::connect_timeout(&"10.77.0.1:5001".parse().unwrap(), Duration::from_secs(5))
+                .unwrap();
+        let chunk: Vec<u8> = (0..bytes).map(pattern).collect();
+        for part in chunk.chunks(16384) {
+            s.write_all(part).unwrap();
+        }
+    });
+    during();
+    sender.join().unwrap();
+    let got = listener.join().unwrap();
+    (got, start.elapsed())
+}
+
+#[test]
+fn tcp_and_udp_through_the_tunnel_over_two_links() {
+    if !root_or_skip("tcp_and_udp_through_the_tunnel_over_two_links") {
+        return;
+    }
+    let mut net = Net::new();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+
+    let (got, took) = tcp_transfer(&net, 8 << 20, || {});
+    assert_eq!(got, 8 << 20, "logs: {}", net.logs());
+    eprintln!("8 MiB over the tunnel in {took:?}");
+
+    // UDP: 2000 numbered datagrams, all delivered once.
+    let rx = Net::in_ns(&net.server_ns, || {
+        let s = UdpSocket::bind("10.77.0.1:5002").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut seen = vec![false; 2000];
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = s.recv(&mut buf) {
+            assert_eq!(n, 1000);
+            let i = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+            assert!(!seen[i], "datagram {i} delivered twice");
+            seen[i] = true;
+        }
+        seen.iter().filter(|&&x| x).count()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    Net::in_ns(&net.client_ns, || {
+        let s = UdpSocket::bind("10.77.0.2:0").unwrap();
+        for i in 0u32..2000 {
+            let mut d = vec![0u8; 1000];
+            d[..4].copy_from_slice(&i.to_be_bytes());
+            s.send_to(&d, "10.77.0.1:5002").unwrap();
+            // About 40 Mbit/s: this checks delivery, not speed (scripts/bench-tunnel.sh does).
+            if i % 5 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    let received = rx.join().unwrap();
+    assert_eq!(
+        received,
+        2000,
+        "client: {}\nserver: {}",
+        net.status("client"),
+        net.status("server")
+    );
+    let st = net.status("client");
+    let links = st["sessions"][0]["links"].as_array().unwrap().clone();
+    assert_eq!(links.len(), 2);
+    for l in &links {
+        assert_eq!(l["state"], "up", "{st}");
+        assert!(l["rtt_measured"] == true, "{st}");
+    }
+}
+
+#[test]
+fn link_cut_mid_transfer_and_the_transfer_completes() {
+    if !root_or_skip("link_cut_mid_transfer_and_the_transfer_completes") {
+        return;
+    }
+    let mut net = Net::new();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    let ns = net.client_ns.clone();
+    let (got, took) = tcp_transfer(&net, 16 << 20, move || {
+        std::thread::sleep(Duration::from_millis(150));
+        sh(&["ip", "-n", &ns, "link", "set", "c0", "down"]);
+    });
+    assert_eq!(got, 16 << 20, "logs: {}", net.logs());
+    eprintln!("16 MiB with link a cut after 150 ms: {took:?}");
+    let st = net.status("client");
+    assert_eq!(st["sessions"][0]["links"][0]["state"], "down", "{st}");
+}
+
+#[test]
+fn forged_garbage_and_wrong_key_dropped_and_counted_tunnel_keeps_working() {
+    if !root_or_skip("forged_garbage_and_wrong_key_dropped_and_counted_tunnel_keeps_working") {
+        return;
+    }
+    let mut net = Net::new();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    let session = net.status("client")["sessions"][0]["session"]
+        .as_u64()
+        .unwrap() as u32;
+    // From the client's namespace, straight at the server's socket: garbage, a truncated
+    // header, a forged datagram with the live session id, and a handshake from a key the
+    // server does not know.
+    Net::in_ns(&net.client_ns, move || {
+        let s = UdpSocket::bind("198.18.10.2:0").unwrap();
+        let to = "198.18.10.1:51820";
+        s.send_to(&[0xde; 200], to).unwrap();
+        s.send_to(&[1, 0, 0], to).unwrap();
+        let mut forged = vec![1u8, 0];
+        forged.extend_from_slice(&session.to_be_bytes());
+        forged.extend_from_slice(&[0, 0, 0, 0, 0, 9]);
+        forged.extend_from_slice(&[0x55; 100]);
+        s.send_to(&forged, to).unwrap();
+        let mut handshake = vec![1u8, 0x81];
+        handshake.extend_from_slice(&7u32.to_be_bytes());
+        handshake.extend_from_slice(&[0u8; 6]);
+        handshake.extend_from_slice(&[0x11; 96]);
+        s.send_to(&handshake, to).unwrap();
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let st = net.status("server");
+    let auth_failed = st["sessions"][0]["daemon"]["auth_failed"].as_u64().unwrap();
+    assert!(auth_failed >= 1, "{st}");
+    assert!(st["unknown_session"].as_u64().unwrap() >= 1, "{st}");
+    assert!(st["handshakes_rejected"].as_u64().unwrap() >= 1, "{st}");
+    // Still works.
+    let (got, _) = tcp_transfer(&net, 1 << 20, || {});
+    assert_eq!(got, 1 << 20);
+}
+
+#[test]
+fn unknown_client_key_gets_no_tunnel() {
+    if !root_or_skip("unknown_client_key_gets_no_tunnel") {
+        return;
+    }
+    let mut net = Net::new();
+    let client_key = Net::key();
+    let other = Net::key();
+    net.start(&client_key, &other.1);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(net.status("client")["sessions"][0]["established"], false);
+    assert!(
+        net.status("server")["handshakes_rejected"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+}
+
+#[test]
+fn bad_config_rejected_with_key_value_and_expectation() {
+    let dir = std::env::temp_dir().join(format!("latebind-badcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("client.toml");
+    std::fs::write(
+        &path,
+        "[client]\nprivate_key = \"x\"\nserver_public_key = \"y\"\naddress = \"10.77.0.2\"\n[[links]]\nname = \"a\"\ninterface = \"c0\"\nserver = \"198.18.10.1:51820\"\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["client", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("client.private_key"), "{err}");
+    std::fs::write(&path, "[client]\naddres = 1\n").unwrap();
+    let out = Command::new(bin())
+        .args(["client", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("addres"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

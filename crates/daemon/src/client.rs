@@ -1,0 +1,382 @@
+//! The client daemon: one TUN device, one UDP socket per link bound to its interface,
+//! netlink for link changes, the handshake and rekeying, and the engine.
+//!
+//! Event loop (one thread): wait on epoll (TUN, link sockets, netlink, control, signals)
+//! and on a timerfd armed at the engine's next timeout; then, in order: read every
+//! waiting TUN packet (so packets wait in the engine's per-flow queues, not in a FIFO in
+//! front of it), read every datagram, apply link changes, run the engine's timers, and
+//! pump the engine's outputs.
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use latebind_crypto::{Initiator, REKEY_AFTER_TIME};
+use latebind_io::clock::{monotonic_ns, unix_now};
+use latebind_io::link::LinkSocket;
+use latebind_io::netlink::{NetEvent, NetlinkMonitor, interface_state};
+use latebind_io::poll::{Poller, Ready, TOKEN_SIGNAL, TOKEN_TIMER};
+use latebind_io::tun::Tun;
+use latebind_proto::{Config, Endpoint, Instant, LinkChange, LinkConfig, LinkId, Role};
+
+use crate::config::ClientConfig;
+use crate::control::Control;
+use crate::packet::clamp_mss;
+use crate::session::{Session, sent};
+use crate::status::{SessionStatus, Status};
+use crate::{OVERHEAD, random_bytes, random_u32, run_ip};
+
+const TOKEN_TUN: u64 = 1;
+const TOKEN_NETLINK: u64 = 2;
+const TOKEN_CONTROL: u64 = 3;
+const TOKEN_METRICS: u64 = 4;
+const TOKEN_LINK: u64 = 100;
+
+/// Retry an unanswered handshake initiation after this long.
+const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+
+struct ClientLink {
+    name: String,
+    interface: String,
+    index: Option<u32>,
+    server: SocketAddr,
+    socket: LinkSocket,
+    up: bool,
+    has_addr: bool,
+    writable_watch: bool,
+}
+
+/// Options from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct ClientOptions {
+    /// Install the configured routes through the tunnel.
+    pub routes: bool,
+}
+
+fn now() -> Instant {
+    Instant::from_nanos(monotonic_ns())
+}
+
+/// Runs the client until SIGINT or SIGTERM.
+pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
+    let c = &cfg.file.client;
+    let mut poller = Poller::new().context("epoll")?;
+    let started = monotonic_ns();
+
+    let link_mtu = cfg
+        .file
+        .links
+        .iter()
+        .filter_map(|l| std::fs::read_to_string(format!("/sys/class/net/{}/mtu", l.interface)).ok())
+        .filter_map(|m| m.trim().parse::<usize>().ok())
+        .min()
+        .unwrap_or(1500);
+    let mtu = c
+        .mtu
+        .unwrap_or_else(|| (link_mtu.saturating_sub(OVERHEAD)).clamp(576, 9000) as u16);
+    let tun = Tun::open(&c.tun, cfg.address.0, cfg.address.1, mtu)
+        .with_context(|| format!("creating TUN device {}", c.tun))?;
+    tracing::info!(tun = tun.name(), mtu, "tun up");
+    poller.add(tun.as_fd(), TOKEN_TUN, false)?;
+    if opts.routes {
+        for (net, prefix) in &cfg.routes {
+            run_ip(&[
+                "route",
+                "replace",
+                &format!("{net}/{prefix}"),
+                "dev",
+                tun.name(),
+            ])?;
+        }
+    }
+
+    let mut links = Vec::new();
+    for (i, l) in cfg.file.links.iter().enumerate() {
+        let bind = l
+            .bind
+            .unwrap_or_else(|| "0.0.0.0:0".parse().expect("valid literal"));
+        // The smallest send buffer the kernel allows: about two datagrams.
+        let socket = LinkSocket::bind(bind, Some(&l.interface), Some(1)).with_context(|| {
+            format!(
+                "links[{i}] ({}): binding a UDP socket to interface {}",
+                l.name, l.interface
+            )
+        })?;
+        poller.add(socket.as_fd(), TOKEN_LINK + i as u64, false)?;
+        let state = interface_state(&l.interface);
+        links.push(ClientLink {
+            name: l.name.clone(),
+            interface: l.interface.clone(),
+            index: state.map(|s| s.0),
+            server: l.server,
+            socket,
+            up: state.is_some_and(|s| s.1),
+            has_addr: state.is_some_and(|s| s.2),
+            writable_watch: false,
+        });
+    }
+    let netlink = NetlinkMonitor::open().context("netlink")?;
+    poller.add(netlink.as_fd(), TOKEN_NETLINK, false)?;
+    let control = Control::bind(&cfg.control_socket, c.metrics_listen)
+        .with_context(|| format!("control socket {}", cfg.control_socket.display()))?;
+    poller.add(control.unix().as_fd(), TOKEN_CONTROL, false)?;
+    if let Some(m) = control.metrics() {
+        poller.add(m.as_fd(), TOKEN_METRICS, false)?;
+    }
+
+    let session_id = random_u32()?.max(1);
+    let mut config = Config::new(Role::Client);
+    config.session(session_id).budget_packets(c.budget_packets);
+    config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
+    let mut engine = Endpoint::new(config, now()).map_err(|e| anyhow::anyhow!("engine: {e}"))?;
+    for (i, l) in cfg.file.links.iter().enumerate() {
+        engine.add_link(
+            now(),
+            LinkId(i as u16),
+            LinkConfig {
+                backup: l.backup,
+                ..LinkConfig::default()
+            },
+        );
+        if !(links[i].up && links[i].has_addr) {
+            engine.handle_link_change(now(), LinkId(i as u16), LinkChange::Down);
+        }
+    }
+    let mut session = Session::new(engine);
+    let max_mss = mtu.saturating_sub(40);
+
+    let mut handshake: Option<(Initiator, Instant)> = None;
+    let mut established_at: Option<Instant> = None;
+    let mut ready = Vec::<Ready>::new();
+    let mut net_events = Vec::new();
+    let mut tunbuf = vec![0u8; 65536];
+    let mut rxbuf = vec![0u8; 65536];
+    tracing::info!(
+        session = format!("{session_id:08x}"),
+        links = links.len(),
+        "client started"
+    );
+
+    loop {
+        let t = now();
+        // Handshake: start, retry, or rekey.
+        let rekey_due = established_at.is_some_and(|e| t - e >= REKEY_AFTER_TIME);
+        let retry_due = handshake
+            .as_ref()
+            .is_some_and(|(_, at)| t - *at >= HANDSHAKE_RETRY);
+        if (!session.established() && handshake.is_none())
+            || retry_due
+            || (rekey_due && handshake.is_none())
+        {
+            let first = links.iter().position(|l| l.up && l.has_addr).unwrap_or(0);
+            let (init, datagram) = Initiator::new(
+                &cfg.private_key,
+                &cfg.server_key,
+                session_id,
+                session.keys.next_epoch(),
+                first as u16,
+                unix_now(),
+                random_bytes()?,
+            )
+            .map_err(|e| anyhow::anyhow!("handshake: {e}"))?;
+            // No link is special: the same initiation goes out on every usable link and
+            // the server answers the first copy that reaches it.
+            for l in links.iter().filter(|l| l.up && l.has_addr) {
+                let _ = l.socket.send_to(&datagram, l.server);
+            }
+            handshake = Some((init, t));
+            if rekey_due {
+                established_at = Some(t);
+            }
+        }
+
+        session.pump(
+            t,
+            |link, d| match links.get(usize::from(link.0)) {
+                Some(l) => sent(l.socket.send_to(d, l.server)),
+                None => crate::session::Sent::Failed,
+            },
+            |p| {
+                clamp_mss(p, max_mss);
+                tun.send(p).is_ok()
+            },
+        );
+        // Watch for writability only where datagrams are held.
+        for (i, l) in links.iter_mut().enumerate() {
+            let want = session.has_held(LinkId(i as u16));
+            if want != l.writable_watch {
+                poller.modify(l.socket.as_fd(), TOKEN_LINK + i as u64, want)?;
+                l.writable_watch = want;
+            }
+        }
+        let mut deadline = session.poll_timeout().map(|i| i.as_nanos());
+        if let Some((_, at)) = &handshake {
+            let retry = (*at + HANDSHAKE_RETRY).as_nanos();
+            deadline = Some(deadline.map_or(retry, |d| d.min(retry)));
+        }
+        if let Some(e) = established_at {
+            let rekey = (e + REKEY_AFTER_TIME).as_nanos();
+            deadline = Some(deadline.map_or(rekey, |d| d.min(rekey)));
+        }
+        poller.arm(deadline)?;
+        ready.clear();
+        poller.wait(&mut ready, 1000)?;
+
+        let t = now();
+        for r in ready.clone() {
+            match r.token {
+                TOKEN_SIGNAL => {
+                    if let Some(sig) = poller.take_signal() {
+                        tracing::info!(?sig, "stopping");
+                        return Ok(());
+                    }
+                }
+                TOKEN_TIMER => {}
+                TOKEN_TUN => loop {
+                    match tun.recv(&mut tunbuf) {
+                        Ok(n) => {
+                            let p = &mut tunbuf[..n];
+                            clamp_mss(p, max_mss);
+                            let _ = session.engine.handle_tun_packet(t, p);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => bail!("reading {}: {e}", tun.name()),
+                    }
+                },
+                TOKEN_NETLINK => {
+                    net_events.clear();
+                    if netlink.read_events(&mut net_events).is_err() {
+                        // Events were lost: read every interface's state again.
+                        for l in links.iter_mut() {
+                            let s = interface_state(&l.interface);
+                            l.index = s.map(|s| s.0);
+                            l.up = s.is_some_and(|s| s.1);
+                            l.has_addr = s.is_some_and(|s| s.2);
+                        }
+                    }
+                    for ev in &net_events {
+                        for l in links.iter_mut() {
+                            match ev {
+                                NetEvent::Link { index, name, up } => {
+                                    if name.as_deref() == Some(l.interface.as_str())
+                                        || l.index == Some(*index)
+                                    {
+                                        l.index = Some(*index);
+                                        l.up = *up;
+                                        if *up {
+                                            l.has_addr =
+                                                interface_state(&l.interface).is_some_and(|s| s.2);
+                                        }
+                                    }
+                                }
+                                NetEvent::Addr { index, .. } => {
+                                    if l.index == Some(*index) {
+                                        l.has_addr =
+                                            interface_state(&l.interface).is_some_and(|s| s.2);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for (i, l) in links.iter().enumerate() {
+                        let change = if l.up && l.has_addr {
+                            LinkChange::Up
+                        } else {
+                            LinkChange::Down
+                        };
+                        let view_down = session
+                            .engine
+                            .link_views(t)
+                            .get(i)
+                            .is_some_and(|v| v.state == latebind_proto::LinkState::Down);
+                        if (change == LinkChange::Down) != view_down || change == LinkChange::Down {
+                            tracing::info!(link = %l.name, ?change, "interface change");
+                        }
+                        session
+                            .engine
+                            .handle_link_change(t, LinkId(i as u16), change);
+                    }
+                }
+                TOKEN_CONTROL | TOKEN_METRICS => {
+                    let status = client_status(&session, &links, tun.name(), mtu, started, t);
+                    if r.token == TOKEN_CONTROL {
+                        control.serve_status(&serde_json::to_string(&status)?);
+                    } else {
+                        control.serve_metrics(&status.prometheus());
+                    }
+                }
+                tok if tok >= TOKEN_LINK => {
+                    let i = (tok - TOKEN_LINK) as usize;
+                    let Some(l) = links.get(i) else { continue };
+                    if r.writable {
+                        session.flush_held(t, LinkId(i as u16), |_, d| {
+                            sent(l.socket.send_to(d, l.server))
+                        });
+                    }
+                    if !r.readable {
+                        continue;
+                    }
+                    loop {
+                        match l.socket.recv_from(&mut rxbuf) {
+                            Ok((n, from)) => {
+                                let d = &rxbuf[..n];
+                                if from != l.server {
+                                    continue;
+                                }
+                                if latebind_crypto::is_handshake(d) {
+                                    // A refused response (forged, stale) leaves the attempt
+                                    // intact; it is retried on its timer.
+                                    if let Some((init, _)) = handshake.as_mut() {
+                                        match init.handle_response(d) {
+                                            Ok(transport) => {
+                                                if session.install(t, transport) {
+                                                    established_at = Some(t);
+                                                    tracing::info!(link = %l.name, "handshake complete");
+                                                }
+                                                handshake = None;
+                                            }
+                                            Err(e) => {
+                                                tracing::debug!(%e, "handshake response refused")
+                                            }
+                                        }
+                                    }
+                                    continue;
+                                }
+                                session.handle_datagram(t, d);
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        session.handle_timeout(t);
+    }
+}
+
+fn client_status(
+    session: &Session,
+    links: &[ClientLink],
+    tun: &str,
+    mtu: u16,
+    started: u64,
+    t: Instant,
+) -> Status {
+    let names = |id: u16| {
+        links
+            .get(usize::from(id))
+            .map_or_else(|| format!("link{id}"), |l| l.name.clone())
+    };
+    Status {
+        role: "client".into(),
+        tun: tun.into(),
+        mtu,
+        uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
+        sessions: vec![SessionStatus::new("server", session, t, &names)],
+        handshakes_rejected: 0,
+        unknown_session: 0,
+    }
+}

@@ -1,0 +1,420 @@
+//! Daemon configuration: TOML files with documented defaults, validated at start. Every
+//! error names the key, the value and what is expected. `examples/client.toml` and
+//! `examples/server.toml` show every key.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use latebind_crypto::{PublicKey, StaticSecret};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// A configuration that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not TOML, or not of the expected shape (the message names the key).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{path}: {key} = {value}: expected {expected}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+}
+
+fn default_tun_client() -> String {
+    "lb0".into()
+}
+
+fn default_tun_server() -> String {
+    "lbs0".into()
+}
+
+fn default_budget() -> usize {
+    2
+}
+
+/// `[client]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    /// This client's private key, base64 (`latebind genkey`). Or `private_key_file`.
+    pub private_key: Option<String>,
+    /// File holding the private key.
+    pub private_key_file: Option<PathBuf>,
+    /// The server's public key, base64.
+    pub server_public_key: String,
+    /// TUN device name. Default `lb0`.
+    #[serde(default = "default_tun_client")]
+    pub tun: String,
+    /// The client's stable virtual address with prefix, e.g. `10.77.0.2/24`.
+    pub address: String,
+    /// TUN MTU; default: the smallest link MTU minus the tunnel's overhead.
+    pub mtu: Option<u16>,
+    /// Routes through the tunnel, installed with `--routes` (e.g. `0.0.0.0/1`).
+    #[serde(default)]
+    pub routes: Vec<String>,
+    /// Control socket for `latebind status`. Default `/run/latebind/client.sock`.
+    pub control_socket: Option<PathBuf>,
+    /// Address of the Prometheus text endpoint; off when absent.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Packets per link below the binding point. Default 2.
+    #[serde(default = "default_budget")]
+    pub budget_packets: usize,
+}
+
+/// `[[links]]` of a client.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSection {
+    /// Name in status output.
+    pub name: String,
+    /// The local interface this link uses (its socket is bound to it).
+    pub interface: String,
+    /// The server's address as reached over this link.
+    pub server: SocketAddr,
+    /// Local address to bind (default: any address, port chosen by the kernel).
+    pub bind: Option<SocketAddr>,
+    /// Used only when no other link is up.
+    #[serde(default)]
+    pub backup: bool,
+}
+
+/// A client configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    /// `[client]`.
+    pub client: ClientSection,
+    /// `[[links]]`.
+    pub links: Vec<LinkSection>,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Private key, base64. Or `private_key_file`.
+    pub private_key: Option<String>,
+    /// File holding the private key.
+    pub private_key_file: Option<PathBuf>,
+    /// UDP addresses to listen on (clients' links arrive on any of them).
+    pub listen: Vec<SocketAddr>,
+    /// TUN device name. Default `lbs0`.
+    #[serde(default = "default_tun_server")]
+    pub tun: String,
+    /// The server's virtual address with prefix, e.g. `10.77.0.1/24`.
+    pub address: String,
+    /// TUN MTU. Default 1400.
+    pub mtu: Option<u16>,
+    /// Control socket. Default `/run/latebind/server.sock`.
+    pub control_socket: Option<PathBuf>,
+    /// Address of the Prometheus text endpoint; off when absent.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Packets per link below the binding point. Default 2.
+    #[serde(default = "default_budget")]
+    pub budget_packets: usize,
+}
+
+/// `[[peers]]`: a client the server accepts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerSection {
+    /// Name in status output.
+    pub name: Option<String>,
+    /// The client's public key, base64.
+    pub public_key: String,
+    /// The client's virtual address (packets to it go to this client; packets from this
+    /// client must come from it).
+    pub address: Ipv4Addr,
+}
+
+/// A server configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFile {
+    /// `[server]`.
+    pub server: ServerSection,
+    /// `[[peers]]`.
+    #[serde(default)]
+    pub peers: Vec<PeerSection>,
+}
+
+/// A validated client configuration.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// As written.
+    pub file: ClientFile,
+    /// Parsed private key.
+    pub private_key: StaticSecret,
+    /// Parsed server key.
+    pub server_key: PublicKey,
+    /// Virtual address and prefix.
+    pub address: (Ipv4Addr, u8),
+    /// Routes, parsed.
+    pub routes: Vec<(Ipv4Addr, u8)>,
+    /// Control socket path.
+    pub control_socket: PathBuf,
+}
+
+/// A validated server configuration.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// As written.
+    pub file: ServerFile,
+    /// Parsed private key.
+    pub private_key: StaticSecret,
+    /// Virtual address and prefix.
+    pub address: (Ipv4Addr, u8),
+    /// Peers: key, virtual address, name.
+    pub peers: Vec<(PublicKey, Ipv4Addr, String)>,
+    /// Control socket path.
+    pub control_socket: PathBuf,
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn parse_toml<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+struct V<'a> {
+    path: &'a Path,
+}
+
+impl V<'_> {
+    fn err(&self, key: impl Into<String>, value: impl ToString, expected: &str) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            key: key.into(),
+            value: value.to_string(),
+            expected: expected.to_owned(),
+        }
+    }
+
+    fn cidr(&self, key: &str, text: &str) -> Result<(Ipv4Addr, u8), ConfigError> {
+        let expected = "an IPv4 address with a prefix length, like 10.77.0.2/24";
+        let (a, p) = text
+            .split_once('/')
+            .ok_or_else(|| self.err(key, format!("{text:?}"), expected))?;
+        let addr: Ipv4Addr = a
+            .parse()
+            .map_err(|_| self.err(key, format!("{text:?}"), expected))?;
+        let prefix: u8 = p
+            .parse()
+            .map_err(|_| self.err(key, format!("{text:?}"), expected))?;
+        if prefix > 32 {
+            return Err(self.err(key, format!("{text:?}"), expected));
+        }
+        Ok((addr, prefix))
+    }
+
+    fn private_key(
+        &self,
+        section: &str,
+        inline: Option<&String>,
+        file: Option<&PathBuf>,
+    ) -> Result<StaticSecret, ConfigError> {
+        let text = match (inline, file) {
+            (Some(k), None) => k.clone(),
+            (None, Some(f)) => read(f)?.trim().to_owned(),
+            (Some(_), Some(_)) => {
+                return Err(self.err(
+                    format!("{section}.private_key"),
+                    "(set together with private_key_file)",
+                    "either private_key or private_key_file",
+                ));
+            }
+            (None, None) => {
+                return Err(self.err(
+                    format!("{section}.private_key"),
+                    "(missing)",
+                    "a base64 private key from `latebind genkey`, or private_key_file",
+                ));
+            }
+        };
+        text.parse::<StaticSecret>()
+            .map_err(|e| self.err(format!("{section}.private_key"), "(hidden)", &e.to_string()))
+    }
+
+    fn public_key(&self, key: &str, text: &str) -> Result<PublicKey, ConfigError> {
+        text.parse::<PublicKey>()
+            .map_err(|e| self.err(key, format!("{text:?}"), &e.to_string()))
+    }
+
+    fn budget(&self, key: &str, b: usize) -> Result<(), ConfigError> {
+        if (1..=1024).contains(&b) {
+            Ok(())
+        } else {
+            Err(self.err(key, b, "a whole number of packets from 1 to 1024"))
+        }
+    }
+
+    fn ifname(&self, key: &str, name: &str) -> Result<(), ConfigError> {
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
+            return Err(self.err(
+                key,
+                format!("{name:?}"),
+                "an interface name of 1 to 15 characters",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ClientConfig {
+    /// Reads and validates a client configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = read(path)?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates configuration text; `path` names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let file: ClientFile = parse_toml(path, text)?;
+        let v = V { path };
+        let c = &file.client;
+        let private_key = v.private_key(
+            "client",
+            c.private_key.as_ref(),
+            c.private_key_file.as_ref(),
+        )?;
+        let server_key = v.public_key("client.server_public_key", &c.server_public_key)?;
+        let address = v.cidr("client.address", &c.address)?;
+        let routes = c
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| v.cidr(&format!("client.routes[{i}]"), r))
+            .collect::<Result<Vec<_>, _>>()?;
+        v.ifname("client.tun", &c.tun)?;
+        v.budget("client.budget_packets", c.budget_packets)?;
+        if let Some(m) = c.mtu
+            && !(576..=9000).contains(&m)
+        {
+            return Err(v.err("client.mtu", m, "576 to 9000 bytes"));
+        }
+        if file.links.is_empty() {
+            return Err(v.err("links", "[]", "at least one [[links]] table"));
+        }
+        if file.links.len() > 64 {
+            return Err(v.err("links", file.links.len(), "at most 64 links"));
+        }
+        for (i, l) in file.links.iter().enumerate() {
+            v.ifname(&format!("links[{i}].interface"), &l.interface)?;
+            if file.links[..i].iter().any(|o| o.name == l.name) {
+                return Err(v.err(
+                    format!("links[{i}].name"),
+                    format!("{:?}", l.name),
+                    "a name no other link has",
+                ));
+            }
+        }
+        let control_socket = c
+            .control_socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/run/latebind/client.sock"));
+        Ok(Self {
+            private_key,
+            server_key,
+            address,
+            routes,
+            control_socket,
+            file,
+        })
+    }
+}
+
+impl ServerConfig {
+    /// Reads and validates a server configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = read(path)?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates configuration text; `path` names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let file: ServerFile = parse_toml(path, text)?;
+        let v = V { path };
+        let s = &file.server;
+        let private_key = v.private_key(
+            "server",
+            s.private_key.as_ref(),
+            s.private_key_file.as_ref(),
+        )?;
+        let address = v.cidr("server.address", &s.address)?;
+        v.ifname("server.tun", &s.tun)?;
+        v.budget("server.budget_packets", s.budget_packets)?;
+        if s.listen.is_empty() {
+            return Err(v.err(
+                "server.listen",
+                "[]",
+                "at least one address such as \"0.0.0.0:51820\"",
+            ));
+        }
+        if let Some(m) = s.mtu
+            && !(576..=9000).contains(&m)
+        {
+            return Err(v.err("server.mtu", m, "576 to 9000 bytes"));
+        }
+        let mut peers = Vec::new();
+        for (i, p) in file.peers.iter().enumerate() {
+            let key = v.public_key(&format!("peers[{i}].public_key"), &p.public_key)?;
+            if peers.iter().any(|(k, _, _)| *k == key) {
+                return Err(v.err(
+                    format!("peers[{i}].public_key"),
+                    format!("{:?}", p.public_key),
+                    "a key no other peer has",
+                ));
+            }
+            if peers.iter().any(|(_, a, _)| *a == p.address) || p.address == address.0 {
+                return Err(v.err(
+                    format!("peers[{i}].address"),
+                    p.address,
+                    "an address no other peer (nor the server) has",
+                ));
+            }
+            let name = p.name.clone().unwrap_or_else(|| format!("peer{i}"));
+            peers.push((key, p.address, name));
+        }
+        let control_socket = s
+            .control_socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/run/latebind/server.sock"));
+        Ok(Self {
+            private_key,
+            address,
+            peers,
+            control_socket,
+            file,
+        })
+    }
+}

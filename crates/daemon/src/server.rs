@@ -1,0 +1,320 @@
+//! The server daemon: one TUN device, one or more UDP sockets shared by every client and
+//! link, and one engine per client session.
+//!
+//! A datagram's session id picks the session; only a datagram that authenticates under
+//! the session's keys updates where that session's link is reached (roaming: a link whose
+//! address or NAT mapping changes keeps working, and a forged datagram cannot move it).
+//! Clients are isolated: a packet from the TUN goes to the session owning its destination
+//! address, and a client's packet reaches the TUN only if its source is that client's
+//! address.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsFd;
+
+use anyhow::{Context, Result, bail};
+use latebind_crypto::{PublicKey, Responder};
+use latebind_io::clock::monotonic_ns;
+use latebind_io::link::LinkSocket;
+use latebind_io::poll::{Poller, Ready, TOKEN_SIGNAL, TOKEN_TIMER};
+use latebind_io::tun::Tun;
+use latebind_proto::{Config, Endpoint, Instant, LinkConfig, LinkId, Role};
+
+use crate::config::ServerConfig;
+use crate::control::Control;
+use crate::packet::{clamp_mss, ipv4_addrs};
+use crate::session::{Sent, Session, sent};
+use crate::status::{SessionStatus, Status};
+use crate::{random_bytes, random_u32};
+
+const TOKEN_TUN: u64 = 1;
+const TOKEN_CONTROL: u64 = 3;
+const TOKEN_METRICS: u64 = 4;
+const TOKEN_SOCKET: u64 = 100;
+
+struct Client {
+    name: String,
+    address: Ipv4Addr,
+    session: Session,
+    /// Where each of its links was last reached from: (socket index, peer address).
+    paths: HashMap<u16, (usize, SocketAddr)>,
+}
+
+fn now() -> Instant {
+    Instant::from_nanos(monotonic_ns())
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn run(cfg: ServerConfig) -> Result<()> {
+    let s = &cfg.file.server;
+    let mut poller = Poller::new().context("epoll")?;
+    let started = monotonic_ns();
+    let mtu = s.mtu.unwrap_or(1400);
+    let tun = Tun::open(&s.tun, cfg.address.0, cfg.address.1, mtu)
+        .with_context(|| format!("creating TUN device {}", s.tun))?;
+    poller.add(tun.as_fd(), TOKEN_TUN, false)?;
+    let mut sockets = Vec::new();
+    for (i, addr) in s.listen.iter().enumerate() {
+        let sock = LinkSocket::bind(*addr, None, None)
+            .with_context(|| format!("server.listen[{i}]: binding {addr}"))?;
+        poller.add(sock.as_fd(), TOKEN_SOCKET + i as u64, false)?;
+        sockets.push(sock);
+    }
+    let control = Control::bind(&cfg.control_socket, s.metrics_listen)
+        .with_context(|| format!("control socket {}", cfg.control_socket.display()))?;
+    poller.add(control.unix().as_fd(), TOKEN_CONTROL, false)?;
+    if let Some(m) = control.metrics() {
+        poller.add(m.as_fd(), TOKEN_METRICS, false)?;
+    }
+    let mut responder = Responder::new(
+        cfg.private_key.clone(),
+        cfg.peers.iter().map(|p| p.0).collect(),
+    );
+    let peers: HashMap<PublicKey, (Ipv4Addr, String)> = cfg
+        .peers
+        .iter()
+        .map(|(k, a, n)| (*k, (*a, n.clone())))
+        .collect();
+    let mut clients: HashMap<u32, Client> = HashMap::new();
+    let mut by_address: HashMap<Ipv4Addr, u32> = HashMap::new();
+    let mut handshakes_rejected = 0u64;
+    let mut handshake_budget = HandshakeBudget::new(HANDSHAKES_PER_SECOND);
+    let mut unknown_session = 0u64;
+    let mut no_client_for_destination = 0u64;
+    let max_mss = mtu.saturating_sub(40);
+    let hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
+    let mut ready = Vec::<Ready>::new();
+    let mut tunbuf = vec![0u8; 65536];
+    let mut rxbuf = vec![0u8; 65536];
+    tracing::info!(tun = tun.name(), mtu, peers = peers.len(), "server started");
+
+    loop {
+        let t = now();
+        // Session ids in a stable order, so that no output depends on hash-map order.
+        let mut ids: Vec<u32> = clients.keys().copied().collect();
+        ids.sort_unstable();
+        for id in &ids {
+            let c = clients.get_mut(id).expect("listed");
+            let (paths, address) = (&c.paths, c.address);
+            c.session.pump(
+                t,
+                |link, d| match paths.get(&link.0) {
+                    Some((si, to)) => sent(sockets[*si].send_to(d, *to)),
+                    None => Sent::Failed,
+                },
+                |p| {
+                    // Isolation: a client may only send from its own address.
+                    if ipv4_addrs(p).is_none_or(|(src, _)| src != address) {
+                        return false;
+                    }
+                    clamp_mss(p, max_mss);
+                    tun.send(p).is_ok()
+                },
+            );
+        }
+        let deadline = clients
+            .values()
+            .filter_map(|c| c.session.poll_timeout())
+            .min()
+            .map(|i| i.as_nanos());
+        poller.arm(deadline)?;
+        ready.clear();
+        poller.wait(&mut ready, 1000)?;
+        let t = now();
+        for r in ready.clone() {
+            match r.token {
+                TOKEN_SIGNAL => {
+                    if let Some(sig) = poller.take_signal() {
+                        tracing::info!(?sig, "stopping");
+                        return Ok(());
+                    }
+                }
+                TOKEN_TIMER => {}
+                TOKEN_TUN => loop {
+                    match tun.recv(&mut tunbuf) {
+                        Ok(n) => {
+                            let p = &mut tunbuf[..n];
+                            let Some((_, dst)) = ipv4_addrs(p) else {
+                                continue;
+                            };
+                            match by_address.get(&dst).and_then(|id| clients.get_mut(id)) {
+                                Some(c) => {
+                                    clamp_mss(p, max_mss);
+                                    let _ = c.session.engine.handle_tun_packet(t, p);
+                                }
+                                None => no_client_for_destination += 1,
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => bail!("reading {}: {e}", tun.name()),
+                    }
+                },
+                TOKEN_CONTROL | TOKEN_METRICS => {
+                    let status = server_status(
+                        &clients,
+                        tun.name(),
+                        mtu,
+                        started,
+                        t,
+                        handshakes_rejected,
+                        unknown_session,
+                    );
+                    if r.token == TOKEN_CONTROL {
+                        control.serve_status(&serde_json::to_string(&status)?);
+                    } else {
+                        control.serve_metrics(&status.prometheus());
+                    }
+                }
+                tok if tok >= TOKEN_SOCKET => {
+                    let si = (tok - TOKEN_SOCKET) as usize;
+                    let Some(sock) = sockets.get(si) else {
+                        continue;
+                    };
+                    // Until WouldBlock (or any error): drain the socket.
+                    while let Ok((n, from)) = sock.recv_from(&mut rxbuf) {
+                        let d = &rxbuf[..n];
+                        if latebind_crypto::is_handshake(d) {
+                            // No DoS cookie yet: bound the X25519 work an attacker can cause.
+                            if !handshake_budget.take(t) {
+                                handshakes_rejected += 1;
+                                continue;
+                            }
+                            match responder.handle_initiation(d, random_bytes()?) {
+                                Ok(acc) => {
+                                    let Some((address, name)) = peers.get(&acc.peer).cloned()
+                                    else {
+                                        handshakes_rejected += 1;
+                                        continue;
+                                    };
+                                    // A client that restarted has a new session: drop its old one.
+                                    if let Some(old) = by_address.get(&address).copied()
+                                        && old != acc.session
+                                    {
+                                        clients.remove(&old);
+                                    }
+                                    let link = u16::from_be_bytes([d[6], d[7]]);
+                                    let c = clients.entry(acc.session).or_insert_with(|| {
+                                        let mut config = Config::new(Role::Server);
+                                        config
+                                            .session(acc.session)
+                                            .budget_packets(s.budget_packets);
+                                        config.hash_seed = hash_seed;
+                                        let engine = Endpoint::new(config, t)
+                                            .expect("server engine config is validated");
+                                        Client {
+                                            name: name.clone(),
+                                            address,
+                                            session: Session::new(engine),
+                                            paths: HashMap::new(),
+                                        }
+                                    });
+                                    if c.address != address {
+                                        // Session id collision with another peer: refuse.
+                                        handshakes_rejected += 1;
+                                        continue;
+                                    }
+                                    if !c.session.install(t, acc.transport) {
+                                        handshakes_rejected += 1;
+                                        continue;
+                                    }
+                                    c.session.engine.add_link(
+                                        t,
+                                        LinkId(link),
+                                        LinkConfig::default(),
+                                    );
+                                    c.paths.insert(link, (si, from));
+                                    by_address.insert(address, acc.session);
+                                    let _ = sock.send_to(&acc.response, from);
+                                    tracing::info!(peer = %name, session = format!("{:08x}", acc.session), "handshake accepted");
+                                }
+                                Err(e) => {
+                                    handshakes_rejected += 1;
+                                    tracing::debug!(%e, %from, "handshake rejected");
+                                }
+                            }
+                            continue;
+                        }
+                        let Some(id) = latebind_crypto::session_of(d) else {
+                            unknown_session += 1;
+                            continue;
+                        };
+                        let Some(c) = clients.get_mut(&id) else {
+                            unknown_session += 1;
+                            continue;
+                        };
+                        if c.session.handle_datagram(t, d) {
+                            // Authenticated: this is where that link is reached now.
+                            let link = u16::from_be_bytes([d[6], d[7]]);
+                            c.paths.insert(link, (si, from));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for c in clients.values_mut() {
+            c.session.handle_timeout(t);
+        }
+        let _ = no_client_for_destination;
+    }
+}
+
+/// Handshake initiations the server processes per second at most, all clients together.
+const HANDSHAKES_PER_SECOND: f64 = 200.0;
+
+/// A token bucket over handshake initiations.
+struct HandshakeBudget {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl HandshakeBudget {
+    fn new(rate: f64) -> Self {
+        Self {
+            rate,
+            tokens: rate,
+            last: Instant::ZERO,
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        let dt = (now - self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + dt * self.rate).min(self.rate);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn server_status(
+    clients: &HashMap<u32, Client>,
+    tun: &str,
+    mtu: u16,
+    started: u64,
+    t: Instant,
+    handshakes_rejected: u64,
+    unknown_session: u64,
+) -> Status {
+    let mut ids: Vec<&u32> = clients.keys().collect();
+    ids.sort_unstable();
+    Status {
+        role: "server".into(),
+        tun: tun.into(),
+        mtu,
+        uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
+        sessions: ids
+            .into_iter()
+            .map(|id| {
+                let c = &clients[id];
+                SessionStatus::new(&c.name, &c.session, t, &|l| format!("link{l}"))
+            })
+            .collect(),
+        handshakes_rejected,
+        unknown_session,
+    }
+}

@@ -1,0 +1,364 @@
+//! What `latebind status` shows and the metrics endpoint exports: per link state, RTT,
+//! rates, in flight, what waits above and below the binding point, and every drop and
+//! reinjection counter by reason.
+
+use std::fmt::Write as _;
+
+use latebind_proto::{Instant, LinkState};
+use serde::{Deserialize, Serialize};
+
+use crate::session::{Session, SessionCounters};
+
+/// One link.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct LinkStatus {
+    /// Configured name (client) or `link<id>` (server).
+    pub name: String,
+    /// Wire id.
+    pub id: u16,
+    /// up | suspect | down.
+    pub state: String,
+    /// Smoothed RTT, ms.
+    pub srtt_ms: f64,
+    /// RTT variation, ms.
+    pub rttvar_ms: f64,
+    /// Minimum RTT, ms.
+    pub min_rtt_ms: f64,
+    /// Whether the RTT figures are measured (else the initial guess).
+    pub rtt_measured: bool,
+    /// Local interface drain rate, Mbit/s (0: not measured).
+    pub tx_rate_mbps: f64,
+    /// Delivery rate from acknowledgements, Mbit/s.
+    pub delivery_rate_mbps: f64,
+    /// Ack-eliciting datagrams in flight.
+    pub in_flight: usize,
+    /// Datagrams below the binding point (handed over, not yet departed).
+    pub below_binding: usize,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Inner packets bound to this link.
+    pub data_sent: u64,
+    /// Packets the sender's loss detection declared lost.
+    pub lost: u64,
+    /// Packets the peer reported lost on this link.
+    pub peer_reported_lost: u64,
+    /// Times suspected.
+    pub suspected: u64,
+    /// Times down.
+    pub went_down: u64,
+    /// Packets lost below the binding point when the interface went down.
+    pub dropped_below_binding: u64,
+    /// Reinjections from this link (not built yet: 0).
+    pub reinjected: u64,
+}
+
+/// Engine counters, by reason.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct EngineCounters {
+    /// Packets accepted from the TUN side.
+    pub tun_packets: u64,
+    /// Not IP (dropped).
+    pub tun_invalid: u64,
+    /// Too large (dropped).
+    pub tun_too_large: u64,
+    /// AQM drops above the binding point.
+    pub aqm_dropped: u64,
+    /// AQM CE marks.
+    pub aqm_marked: u64,
+    /// Drops because a queue limit was reached.
+    pub overflow_dropped: u64,
+    /// Inner packets bound to a link.
+    pub data_bound: u64,
+    /// Malformed datagrams (after decryption).
+    pub malformed: u64,
+    /// Wrong session id.
+    pub wrong_session: u64,
+    /// Unknown link id.
+    pub unknown_link: u64,
+    /// Duplicate or replayed packet numbers.
+    pub duplicate_packets: u64,
+    /// Duplicate DATA frames.
+    pub duplicate_data: u64,
+    /// DATA older than the duplicate window.
+    pub too_old_data: u64,
+    /// Packets held for reordering.
+    pub reorder_held: u64,
+    /// Missing packets given up.
+    pub reorder_gaps_skipped: u64,
+    /// Packets dropped because they came after their gap was given up.
+    pub late_dropped: u64,
+    /// Packets declared lost by loss detection.
+    pub lost: u64,
+    /// Reinjected packets (not built yet: 0).
+    pub reinjected: u64,
+}
+
+/// One session (the client's, or one client at the server).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct SessionStatus {
+    /// Peer name (server) or "server" (client).
+    pub peer: String,
+    /// Session id.
+    pub session: u32,
+    /// Keys established.
+    pub established: bool,
+    /// Links.
+    pub links: Vec<LinkStatus>,
+    /// Packets above the binding point.
+    pub queued_packets: usize,
+    /// Bytes above the binding point.
+    pub queued_bytes: usize,
+    /// Flows above the binding point.
+    pub flows: usize,
+    /// Packets in reorder buffers.
+    pub reorder_held_now: usize,
+    /// Reorder hold time, ms.
+    pub hold_ms: f64,
+    /// Engine counters.
+    pub engine: EngineCounters,
+    /// Daemon counters.
+    pub daemon: SessionCounters,
+}
+
+/// The whole daemon.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Status {
+    /// client | server.
+    pub role: String,
+    /// TUN device.
+    pub tun: String,
+    /// TUN MTU.
+    pub mtu: u16,
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Sessions.
+    pub sessions: Vec<SessionStatus>,
+    /// Handshake datagrams rejected (unknown key, replay, malformed).
+    pub handshakes_rejected: u64,
+    /// Datagrams for no known session.
+    pub unknown_session: u64,
+}
+
+fn ms(d: core::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn mbps(bytes_per_sec: f64) -> f64 {
+    (bytes_per_sec * 8.0 / 1e6 * 1000.0).round() / 1000.0
+}
+
+impl SessionStatus {
+    /// Snapshot of a session.
+    pub fn new(peer: &str, s: &Session, now: Instant, names: &dyn Fn(u16) -> String) -> Self {
+        let e = &s.engine;
+        let st = e.stats();
+        let links = e
+            .link_views(now)
+            .iter()
+            .map(|v| {
+                let ls = e.link_stats(v.id).unwrap_or_default();
+                LinkStatus {
+                    name: names(v.id.0),
+                    id: v.id.0,
+                    state: match v.state {
+                        LinkState::Up => "up",
+                        LinkState::Suspect => "suspect",
+                        LinkState::Down => "down",
+                    }
+                    .into(),
+                    srtt_ms: ms(v.srtt),
+                    rttvar_ms: ms(v.rttvar),
+                    min_rtt_ms: ms(v.min_rtt),
+                    rtt_measured: v.rtt_measured,
+                    tx_rate_mbps: mbps(v.tx_rate),
+                    delivery_rate_mbps: mbps(v.delivery_rate),
+                    in_flight: v.in_flight,
+                    below_binding: v.below_binding,
+                    datagrams_sent: ls.datagrams_sent,
+                    datagrams_received: ls.datagrams_received,
+                    data_sent: ls.data_sent,
+                    lost: ls.lost,
+                    peer_reported_lost: ls.peer_reported_lost,
+                    suspected: ls.suspected,
+                    went_down: ls.went_down,
+                    dropped_below_binding: ls.dropped_below_binding,
+                    reinjected: 0,
+                }
+            })
+            .collect();
+        Self {
+            peer: peer.to_owned(),
+            session: e.config().session,
+            established: s.established(),
+            links,
+            queued_packets: e.queued_packets(),
+            queued_bytes: e.queued_bytes(),
+            flows: e.flow_count(),
+            reorder_held_now: e.reorder_held(),
+            hold_ms: ms(e.hold_time()),
+            engine: EngineCounters {
+                tun_packets: st.tun_packets,
+                tun_invalid: st.tun_invalid,
+                tun_too_large: st.tun_too_large,
+                aqm_dropped: st.queues.aqm_dropped,
+                aqm_marked: st.queues.aqm_marked,
+                overflow_dropped: st.queues.overflow_dropped,
+                data_bound: st.data_bound,
+                malformed: st.malformed,
+                wrong_session: st.wrong_session,
+                unknown_link: st.unknown_link,
+                duplicate_packets: st.duplicate_packets,
+                duplicate_data: st.duplicate_data,
+                too_old_data: st.too_old_data,
+                reorder_held: st.reorder.held,
+                reorder_gaps_skipped: st.reorder.gaps_skipped,
+                late_dropped: st.reorder.late_dropped,
+                lost: st.lost,
+                reinjected: 0,
+            },
+            daemon: s.counters,
+        }
+    }
+}
+
+impl Status {
+    /// A readable table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} on {} (mtu {}), up {:.0} s",
+            self.role, self.tun, self.mtu, self.uptime_s
+        );
+        for ses in &self.sessions {
+            let _ = writeln!(
+                s,
+                "session {:08x} peer {} {}  queued {} pkts / {} B in {} flows  reorder held {}  hold {:.1} ms",
+                ses.session,
+                ses.peer,
+                if ses.established {
+                    "established"
+                } else {
+                    "handshaking"
+                },
+                ses.queued_packets,
+                ses.queued_bytes,
+                ses.flows,
+                ses.reorder_held_now,
+                ses.hold_ms
+            );
+            let _ = writeln!(
+                s,
+                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>5} {:>9} {:>9} {:>6}",
+                "link",
+                "id",
+                "state",
+                "srtt ms",
+                "min ms",
+                "tx Mb/s",
+                "dlv Mb/s",
+                "inflt",
+                "below",
+                "sent",
+                "recv",
+                "lost"
+            );
+            for l in &ses.links {
+                let _ = writeln!(
+                    s,
+                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>6} {:>5} {:>9} {:>9} {:>6}",
+                    l.name,
+                    l.id,
+                    l.state,
+                    l.srtt_ms,
+                    l.min_rtt_ms,
+                    l.tx_rate_mbps,
+                    l.delivery_rate_mbps,
+                    l.in_flight,
+                    l.below_binding,
+                    l.datagrams_sent,
+                    l.datagrams_received,
+                    l.lost
+                );
+            }
+            let e = &ses.engine;
+            let d = &ses.daemon;
+            let _ = writeln!(
+                s,
+                "  drops: aqm {} overflow {} invalid {} malformed {} auth {} dup {} late {} gaps {} send-errors {} spoofed {}",
+                e.aqm_dropped,
+                e.overflow_dropped,
+                e.tun_invalid,
+                e.malformed,
+                d.auth_failed,
+                e.duplicate_packets + e.duplicate_data,
+                e.late_dropped,
+                e.reorder_gaps_skipped,
+                d.send_errors,
+                d.spoofed
+            );
+        }
+        let _ = writeln!(
+            s,
+            "handshakes rejected {}  unknown session {}",
+            self.handshakes_rejected, self.unknown_session
+        );
+        s
+    }
+
+    /// Prometheus text exposition.
+    pub fn prometheus(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# TYPE latebind_uptime_seconds gauge\nlatebind_uptime_seconds {}",
+            self.uptime_s
+        );
+        let _ = writeln!(
+            s,
+            "latebind_handshakes_rejected_total {}",
+            self.handshakes_rejected
+        );
+        let _ = writeln!(s, "latebind_unknown_session_total {}", self.unknown_session);
+        for ses in &self.sessions {
+            let p = format!("peer=\"{}\",session=\"{:08x}\"", ses.peer, ses.session);
+            let _ = writeln!(s, "latebind_queued_packets{{{p}}} {}", ses.queued_packets);
+            let _ = writeln!(s, "latebind_queued_bytes{{{p}}} {}", ses.queued_bytes);
+            let _ = writeln!(s, "latebind_reorder_hold_ms{{{p}}} {}", ses.hold_ms);
+            let engine = serde_json::to_value(&ses.engine).unwrap_or_default();
+            let daemon = serde_json::to_value(ses.daemon).unwrap_or_default();
+            for (prefix, v) in [("engine", engine), ("daemon", daemon)] {
+                if let Some(m) = v.as_object() {
+                    for (k, v) in m {
+                        let _ = writeln!(s, "latebind_{prefix}_{k}_total{{{p}}} {v}");
+                    }
+                }
+            }
+            for l in &ses.links {
+                let lp = format!("{p},link=\"{}\"", l.name);
+                let _ = writeln!(s, "latebind_link_up{{{lp}}} {}", u8::from(l.state == "up"));
+                let _ = writeln!(s, "latebind_link_srtt_ms{{{lp}}} {}", l.srtt_ms);
+                let _ = writeln!(s, "latebind_link_min_rtt_ms{{{lp}}} {}", l.min_rtt_ms);
+                let _ = writeln!(s, "latebind_link_tx_rate_mbps{{{lp}}} {}", l.tx_rate_mbps);
+                let _ = writeln!(s, "latebind_link_in_flight{{{lp}}} {}", l.in_flight);
+                let _ = writeln!(s, "latebind_link_below_binding{{{lp}}} {}", l.below_binding);
+                let _ = writeln!(
+                    s,
+                    "latebind_link_datagrams_sent_total{{{lp}}} {}",
+                    l.datagrams_sent
+                );
+                let _ = writeln!(
+                    s,
+                    "latebind_link_datagrams_received_total{{{lp}}} {}",
+                    l.datagrams_received
+                );
+                let _ = writeln!(s, "latebind_link_lost_total{{{lp}}} {}", l.lost);
+                let _ = writeln!(s, "latebind_link_suspected_total{{{lp}}} {}", l.suspected);
+                let _ = writeln!(s, "latebind_link_reinjected_total{{{lp}}} {}", l.reinjected);
+            }
+        }
+        s
+    }
+}

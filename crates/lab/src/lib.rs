@@ -1,0 +1,35 @@
+//! latebind's lab: a scenario (the same TOML the simulator runs) on real Linux kernels,
+//! in network namespaces, with a user-space link emulator between client and server.
+//!
+//! Module map:
+//! - [`netns`]: the topology (client, emu and server namespaces, veth pairs per link,
+//!   the addressing scheme), its teardown guard, and stale-run cleanup.
+//! - [`emu`]: the real-time emulator (`<exe> emulate`): AF_PACKET bridging per link
+//!   through the simulator's `LinkDirection` models, epoll + timerfd + a short spin.
+//! - [`traffic`]: the traffic tool (`<exe> traffic send|recv`): UDP probes and TCP
+//!   records with `CLOCK_MONOTONIC` timestamps, JSON summaries.
+//! - [`run`](mod@run): the runner: one scenario in one mode (`early` so far), the report in the
+//!   simulator's shape.
+//! - [`cli`]: clap argument structs for the `lab`, `emulate` and `traffic` subcommands,
+//!   ready to be embedded in a binary.
+//! - [`netlink`], [`stats`], [`sys`]: rtnetlink for timed interface and route changes,
+//!   percentiles, system-call wrappers.
+//!
+//! Helper processes are started as `<exe> emulate ...` and `<exe> traffic ...` inside
+//! the namespaces (`ip netns exec`), where `<exe>` is the binary path the caller passes
+//! (the CLI passes `std::env::current_exe()`); that binary must dispatch those
+//! subcommands to [`cli::emulate`] and [`cli::traffic`]. Everything needs root.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod emu;
+pub mod netlink;
+pub mod netns;
+pub mod run;
+pub mod stats;
+pub mod sys;
+pub mod traffic;
+
+pub use netns::{Topology, cleanup_stale};
+pub use run::{LabMode, LabOptions, LabOutcome, run, run_with};

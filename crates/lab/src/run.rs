@@ -1,0 +1,911 @@
+//! The runner: one scenario, one mode, on real kernels.
+//!
+//! ```text
+//!  1. build the topology (netns.rs) and the mode's routing and qdiscs
+//!  2. pick the base time (scenario time 0) a little in the future, so that every
+//!     helper is up before it
+//!  3. start the emulator, the receivers, then the senders (each sleeps until its
+//!     flow's start); all of them get absolute times, so none waits for the runner
+//!  4. the runner sleeps (then spins) to each outage edge and changes interfaces and
+//!     routes through rtnetlink, sampling the client's qdiscs every millisecond
+//!  5. after duration + drain every helper has written its JSON and exited: build the
+//!     simulator's report from the receivers, senders, emulator and qdisc counters
+//! ```
+//!
+//! # Mode `early` (Linux default routing)
+//!
+//! - Routes between the application addresses: the client reaches 198.19.0.1 via
+//!   link 0 (metric 10), link 1 (metric 20), ...; the server reaches 198.18.0.2 the
+//!   same way. Linux moves the route when an interface goes down.
+//! - The uplink bottleneck is the client's interface, as in baselines.md: `htb rate
+//!   <rate_mbps>` with a `pfifo limit <qdisc_packets + driver_packets>` child on
+//!   `c{i}`. The emulator's uplink model then only adds delay, jitter, loss and
+//!   outages (its rate is 100 Gbit/s and its queue unbounded). A link whose uplink
+//!   follows a mahimahi trace cannot be shaped by htb: its uplink is shaped by the
+//!   emulator's model with a queue of `qdisc_packets + driver_packets` instead
+//!   (invisible to the client's TCP: no push-back), and a note says so.
+//! - The downlink is shaped by the emulator (rate or trace, `queue_packets`), which the
+//!   server cannot see, as in the simulator.
+//! - Outage `[start, end)`: at `start` the runner reads the qdisc's backlog, sets `c{i}`
+//!   down (Linux drops everything queued there: the packets lost at the outage,
+//!   uplink) and withdraws the server's route through `s{i}`, so the server fails over
+//!   at once like the simulator's optimistic baseline; at `end` it sets `c{i}` up and
+//!   puts the routes (and the permanent neighbour entries Linux removed) back. The
+//!   server's `s{i}` stays up, so uplink packets already propagating still arrive
+//!   (the simulator's uplink semantics); the emulator's models drop what the outage
+//!   takes on the link itself.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::SocketAddrV4;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use latebind_sim::Scenario;
+use latebind_sim::report::{LinkReport, Report, SimReport, Totals};
+use serde::{Deserialize, Serialize};
+
+use crate::emu::{self, DirectionSpec, EmuLinkSpec, EmuSpec, EmuStats, RateSpec};
+use crate::netlink::{Netlink, QdiscStats, Route};
+use crate::netns::{CLIENT_APP, Helper, LinkAddrs, Role, SERVER_APP, Topology};
+use crate::sys;
+use crate::traffic::{self, Kind, RecvSummary, SendSummary};
+
+/// Which stack the lab runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabMode {
+    /// Linux default routing (early binding).
+    Early,
+    /// The latebind daemons (not built yet in the lab).
+    Late,
+    /// Kernel multipath TCP (not built yet in the lab).
+    Mptcp,
+}
+
+impl LabMode {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Early => "early",
+            Self::Late => "late",
+            Self::Mptcp => "mptcp",
+        }
+    }
+}
+
+impl std::str::FromStr for LabMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "early" => Ok(Self::Early),
+            "late" => Ok(Self::Late),
+            "mptcp" => Ok(Self::Mptcp),
+            other => Err(format!("mode {other:?}: expected early, late or mptcp")),
+        }
+    }
+}
+
+/// Knobs of a lab run (defaults in [`LabOptions::default`]).
+#[derive(Clone, Debug)]
+pub struct LabOptions {
+    /// Folder for the run's files (specs, logs, JSON summaries); default: a new folder
+    /// under the system's temp dir.
+    pub work_dir: Option<PathBuf>,
+    /// Keep the run's folder after a successful run (it is always kept on failure).
+    pub keep: bool,
+    /// The emulator spins instead of sleeping when its next deadline is closer (µs).
+    pub spin_us: u64,
+    /// TCP congestion control of every TCP sender (the simulator's TCP is Cubic).
+    pub cc: String,
+    /// Time between starting the helpers and scenario time 0.
+    pub lead: Duration,
+    /// How often the client's qdiscs are sampled for their backlog.
+    pub sample_every: Duration,
+    /// The emulator logs one line per frame.
+    pub log_frames: bool,
+    /// The emulator holds a CPU wake-up latency request of 0 while it runs (see
+    /// [`EmuSpec::cpu_latency_qos`](crate::emu::EmuSpec::cpu_latency_qos)).
+    pub cpu_latency_qos: bool,
+    /// Real-time (`SCHED_FIFO`) priority of the traffic tools and of the runner's
+    /// timeline thread; the emulator gets 10 more. None: the default scheduler everywhere.
+    pub rt_priority: Option<i32>,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self {
+            work_dir: None,
+            keep: false,
+            spin_us: 200,
+            cc: "cubic".into(),
+            lead: Duration::from_millis(1000),
+            sample_every: Duration::from_millis(1),
+            log_frames: false,
+            cpu_latency_qos: true,
+            rt_priority: Some(40),
+        }
+    }
+}
+
+/// An interface change the runner made at an outage edge.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct OutageEdge {
+    /// Link index.
+    pub link: usize,
+    /// `down` or `up`.
+    pub what: String,
+    /// Scheduled scenario time, s.
+    pub scheduled_s: f64,
+    /// How late the interface change was made, µs.
+    pub late_us: f64,
+    /// `down`: packets in the client's qdisc just before (what Linux drops).
+    pub qdisc_backlog: u32,
+    /// `down`: of those, packets that left before the interface went down.
+    pub dequeued_meanwhile: u64,
+}
+
+/// Everything a run produced.
+#[derive(Clone, Debug)]
+pub struct LabOutcome {
+    /// The report, in the simulator's shape.
+    pub report: Report,
+    /// The emulator's counters and timing.
+    pub emulator: EmuStats,
+    /// Senders' summaries, per flow (None if a sender wrote none).
+    pub senders: Vec<Option<SendSummary>>,
+    /// Receivers' summaries, per flow.
+    pub receivers: Vec<RecvSummary>,
+    /// Interface changes at outage edges.
+    pub edges: Vec<OutageEdge>,
+    /// Caveats of this run (what differs from the simulator, what could not be done).
+    pub notes: Vec<String>,
+    /// The run's folder (deleted after the run unless kept).
+    pub run_dir: PathBuf,
+}
+
+/// Runs `scenario` in `mode` on real kernels. `exe` is a binary that understands
+/// `emulate` and `traffic` (the CLI passes `std::env::current_exe()`).
+pub fn run(scenario: &Scenario, mode: LabMode, exe: &Path) -> Result<Report> {
+    run_with(scenario, mode, exe, &LabOptions::default()).map(|o| o.report)
+}
+
+/// [`run`] with options, returning everything the run measured.
+pub fn run_with(
+    scenario: &Scenario,
+    mode: LabMode,
+    exe: &Path,
+    opts: &LabOptions,
+) -> Result<LabOutcome> {
+    match mode {
+        LabMode::Early => {}
+        LabMode::Late | LabMode::Mptcp => bail!(
+            "mode {} in the lab: not built yet (only early runs in the lab so far)",
+            mode.name()
+        ),
+    }
+    require_root()?;
+    if !exe.exists() {
+        bail!("helper binary {} does not exist", exe.display());
+    }
+    let run_dir = match &opts.work_dir {
+        Some(d) => d.clone(),
+        None => {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            std::env::temp_dir().join(format!(
+                "latebind-lab-{}-{}-{}",
+                scenario.spec.scenario.name,
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            ))
+        }
+    };
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("{}", run_dir.display()))?;
+    let result = run_early(scenario, exe, opts, &run_dir);
+    match result {
+        Ok(outcome) => {
+            if !opts.keep && opts.work_dir.is_none() {
+                let _ = std::fs::remove_dir_all(&run_dir);
+            }
+            Ok(outcome)
+        }
+        Err(e) => Err(e.context(format!("lab run files kept in {}", run_dir.display()))),
+    }
+}
+
+/// Fails unless the process may create network namespaces.
+pub fn require_root() -> Result<()> {
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the lab needs root (it creates network namespaces, veths and qdiscs)");
+    }
+    Ok(())
+}
+
+/// The simulator's per-direction seed (splitmix64 of seed, link, direction), so the
+/// emulator's loss and jitter draws follow the simulator's for the same packets.
+pub fn seed_for(seed: u64, link: usize, dir: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(link as u64 * 2 + dir + 1));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn secs_ns(s: f64) -> u64 {
+    (s.max(0.0) * 1e9).round() as u64
+}
+
+/// Sorted, merged outage intervals in ns (the link model merges them the same way).
+pub fn merged_outages(outages: &[[f64; 2]]) -> Vec<[u64; 2]> {
+    let mut spans: Vec<[u64; 2]> = outages
+        .iter()
+        .map(|[a, b]| [secs_ns(*a), secs_ns(*b)])
+        .collect();
+    spans.sort_unstable();
+    let mut out: Vec<[u64; 2]> = Vec::new();
+    for [s, e] in spans {
+        match out.last_mut() {
+            Some(last) if s <= last[1] => last[1] = last[1].max(e),
+            _ => out.push([s, e]),
+        }
+    }
+    out
+}
+
+/// A link's up and down rates: fixed or a trace (the simulator's precedence: a trace
+/// wins over `rate_mbps`).
+fn rates(scenario: &Scenario, i: usize) -> (RateSpec, RateSpec) {
+    let l = &scenario.spec.links[i];
+    let pick = |t: Option<&PathBuf>| match (t.or(l.trace.as_ref()), l.rate_mbps) {
+        (Some(p), _) => RateSpec::Trace {
+            path: std::path::absolute(scenario.resolve(p)).unwrap_or_else(|_| scenario.resolve(p)),
+        },
+        (None, Some(r)) => RateSpec::Fixed {
+            bits_per_sec: r * 1e6,
+        },
+        // Validated by the scenario: a rate or a trace.
+        (None, None) => RateSpec::Fixed { bits_per_sec: 1e9 },
+    };
+    (pick(l.trace_up.as_ref()), pick(l.trace_down.as_ref()))
+}
+
+/// The uplink rate htb can shape (a fixed rate), if any.
+fn htb_rate(up: &RateSpec) -> Option<f64> {
+    match up {
+        RateSpec::Fixed { bits_per_sec } => Some(*bits_per_sec),
+        RateSpec::Trace { .. } => None,
+    }
+}
+
+/// The client's and the server's route over link `l` (metric 10, 20, ...).
+fn routes(l: &LinkAddrs, client_oif: i32, server_oif: i32) -> (Route, Route) {
+    let metric = 10 * (l.index as u32 + 1);
+    (
+        Route {
+            dst: SERVER_APP,
+            gateway: l.server,
+            oif: client_oif,
+            metric,
+            src: Some(CLIENT_APP),
+        },
+        Route {
+            dst: CLIENT_APP,
+            gateway: l.client,
+            oif: server_oif,
+            metric,
+            src: Some(SERVER_APP),
+        },
+    )
+}
+
+/// One flow's helper processes and files.
+struct FlowRun {
+    recv_out: PathBuf,
+    send_out: PathBuf,
+}
+
+#[derive(Clone, Copy)]
+enum Edge {
+    Down(usize),
+    Up(usize),
+}
+
+fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> Result<LabOutcome> {
+    let spec = &scenario.spec;
+    let n = spec.links.len();
+    let seed = spec.scenario.seed;
+    let capacity = spec.early.qdisc_packets + spec.early.driver_packets;
+    let mut notes = Vec::new();
+    let mut log = std::fs::File::create(dir.join("lab.log"))?;
+    writeln!(log, "# tool: latebind lab")?;
+    writeln!(log, "# version: {}", env!("CARGO_PKG_VERSION"))?;
+    writeln!(
+        log,
+        "# command line: {}",
+        std::env::args().collect::<Vec<_>>().join(" ")
+    )?;
+    writeln!(
+        log,
+        "# scenario: {} ({}), mode early, seed {seed}",
+        spec.scenario.name,
+        scenario.path.display()
+    )?;
+
+    let mut topo = Topology::create(n)?;
+    writeln!(log, "# topology {}:", topo.id)?;
+    for c in &topo.commands {
+        writeln!(log, "{c}")?;
+    }
+    for w in &topo.offload_warnings {
+        notes.push(format!("offload not turned off: {w}"));
+    }
+    let links = topo.links.clone();
+    let rates: Vec<(RateSpec, RateSpec)> = (0..n).map(|i| rates(scenario, i)).collect();
+
+    // Routing and the client's FIFOs.
+    let mut client_cmds = Vec::new();
+    let mut server_cmds = Vec::new();
+    for l in &links {
+        let metric = 10 * (l.index + 1);
+        client_cmds.push(format!(
+            "route replace {SERVER_APP}/32 via {} dev {} metric {metric} src {CLIENT_APP}",
+            l.server, l.client_if
+        ));
+        server_cmds.push(format!(
+            "route replace {CLIENT_APP}/32 via {} dev {} metric {metric} src {SERVER_APP}",
+            l.client, l.server_if
+        ));
+    }
+    topo.ip_batch(Role::Client, &client_cmds)?;
+    topo.ip_batch(Role::Server, &server_cmds)?;
+    let mut tc = Vec::new();
+    for (l, (up, _)) in links.iter().zip(&rates) {
+        let Some(bps) = htb_rate(up) else {
+            notes.push(format!(
+                "link {}: uplink follows a trace; htb cannot shape it, so the emulator's \
+                 uplink model holds the {capacity}-packet FIFO (no push-back to the \
+                 client's TCP, losses at outages counted by the model)",
+                spec.links[l.index].name
+            ));
+            continue;
+        };
+        let bps = bps.round() as u64;
+        tc.push(format!(
+            "qdisc replace dev {} root handle 1: htb default 1",
+            l.client_if
+        ));
+        tc.push(format!(
+            "class add dev {} parent 1: classid 1:1 htb rate {bps}bit ceil {bps}bit \
+             burst 1600b cburst 1600b",
+            l.client_if
+        ));
+        tc.push(format!(
+            "qdisc add dev {} parent 1:1 handle 10: pfifo limit {capacity}",
+            l.client_if
+        ));
+    }
+    if !tc.is_empty() {
+        topo.tc(Role::Client, &tc)?;
+        notes.push(
+            "htb counts the 14-byte Ethernet header: a 1400-byte IP packet takes 1 % longer \
+             to serialize than in the simulator"
+                .into(),
+        );
+    }
+    for c in topo
+        .commands
+        .iter()
+        .skip_while(|c| !c.contains("route replace"))
+    {
+        writeln!(log, "{c}")?;
+    }
+
+    // Netlink in the client and server namespaces, for the timed changes.
+    let mut nl_client = Netlink::open_in(&topo.ns(Role::Client))?;
+    let mut nl_server = Netlink::open_in(&topo.ns(Role::Server))?;
+    let c_idx: Vec<i32> = links
+        .iter()
+        .map(|l| nl_client.ifindex(&l.client_if))
+        .collect::<std::io::Result<_>>()?;
+    let s_idx: Vec<i32> = links
+        .iter()
+        .map(|l| nl_server.ifindex(&l.server_if))
+        .collect::<std::io::Result<_>>()?;
+    let shaped: Vec<bool> = rates.iter().map(|(up, _)| htb_rate(up).is_some()).collect();
+
+    // Times.
+    let duration_s = spec.scenario.duration_s;
+    let max_delay_ms = spec
+        .links
+        .iter()
+        .map(|l| l.delay_ms + l.jitter_ms)
+        .fold(0.0, f64::max);
+    let drain_s = 1.0 + 2.0 * max_delay_ms / 1e3;
+    let end_s = duration_s + drain_s;
+    let base = sys::mono_ns() + opts.lead.as_nanos() as u64;
+    writeln!(
+        log,
+        "# base time: {base} ns of CLOCK_MONOTONIC (scenario time 0); end {end_s:.3} s"
+    )?;
+
+    // The emulator.
+    let emu_links: Vec<EmuLinkSpec> = links
+        .iter()
+        .zip(&rates)
+        .map(|(l, (up, down))| {
+            let s = &spec.links[l.index];
+            let outages = merged_outages(&s.outages);
+            let d = |rate: RateSpec, queue: usize, drop: bool, dir: u64| DirectionSpec {
+                rate,
+                delay_ns: secs_ns(s.delay_ms / 1e3),
+                jitter_ns: secs_ns(s.jitter_ms / 1e3),
+                loss: s.loss,
+                queue_packets: queue,
+                outages_ns: outages.clone(),
+                drop_in_flight_on_outage: drop,
+                seed: seed_for(seed, l.index, dir),
+            };
+            let up = if shaped[l.index] {
+                d(RateSpec::Fixed { bits_per_sec: 1e11 }, 1 << 20, false, 0)
+            } else {
+                d(up.clone(), capacity, false, 0)
+            };
+            EmuLinkSpec {
+                name: s.name.clone(),
+                client_if: l.emu_client_if.clone(),
+                server_if: l.emu_server_if.clone(),
+                up,
+                down: d(down.clone(), s.queue_packets, true, 1),
+            }
+        })
+        .collect();
+    let emu_stats_path = dir.join("emu-stats.json");
+    let emu_spec = EmuSpec {
+        base_ns: base,
+        until_ns: Some(base + secs_ns(end_s + 0.5)),
+        spin_us: opts.spin_us,
+        links: emu_links,
+        stats_path: Some(emu_stats_path.clone()),
+        log_path: Some(dir.join("emu.log")),
+        log_frames: opts.log_frames,
+        cpu_latency_qos: opts.cpu_latency_qos,
+        rt_priority: opts.rt_priority.map(|p| p.saturating_add(10).min(99)),
+    };
+    let spec_path = dir.join("emu-spec.json");
+    std::fs::write(&spec_path, serde_json::to_string_pretty(&emu_spec)?)?;
+    let mut emulator = topo.spawn(
+        Role::Emu,
+        "emulate",
+        exe,
+        &["emulate".as_ref(), "--spec".as_ref(), spec_path.as_os_str()],
+        &dir.join("emu.out"),
+    )?;
+
+    // Receivers, then senders.
+    let mut receivers: Vec<Helper> = Vec::new();
+    let mut senders: Vec<Helper> = Vec::new();
+    let mut flows = Vec::new();
+    for (i, f) in spec.flows.iter().enumerate() {
+        let kind = Kind::parse(&f.kind).context("validated flow kind")?;
+        let index = i as u16;
+        let up = f.direction != "down";
+        let client = SocketAddrV4::new(CLIENT_APP, 10_000 + index);
+        let server = SocketAddrV4::new(SERVER_APP, 20_000 + index);
+        let (from, to, send_role, recv_role) = if up {
+            (client, server, Role::Client, Role::Server)
+        } else {
+            (server, client, Role::Server, Role::Client)
+        };
+        let stop_s = f.stop_s.unwrap_or(duration_s).min(duration_s);
+        let recv_out = dir.join(format!("flow{i}-recv.json"));
+        let send_out = dir.join(format!("flow{i}-send.json"));
+        let common = |out: &Path, until: f64| -> Vec<String> {
+            vec![
+                "--name".into(),
+                f.name.clone(),
+                "--kind".into(),
+                kind.as_str().into(),
+                "--index".into(),
+                index.to_string(),
+                "--base-ns".into(),
+                base.to_string(),
+                "--start-s".into(),
+                f.start_s.to_string(),
+                "--stop-s".into(),
+                stop_s.to_string(),
+                "--until-s".into(),
+                until.to_string(),
+                "--out".into(),
+                out.display().to_string(),
+            ]
+        };
+        let mut rargs = vec!["traffic".to_owned(), "recv".into()];
+        rargs.extend(common(&recv_out, end_s + 0.3));
+        rargs.extend(["--bind".into(), to.to_string()]);
+        let mut sargs = vec!["traffic".to_owned(), "send".into()];
+        sargs.extend(common(&send_out, end_s));
+        sargs.extend([
+            "--bind".into(),
+            from.to_string(),
+            "--to".into(),
+            to.to_string(),
+        ]);
+        if let Some(p) = f.packet_bytes {
+            rargs.extend(["--packet-bytes".into(), p.to_string()]);
+            sargs.extend(["--packet-bytes".into(), p.to_string()]);
+        }
+        if let Some(r) = f.rate_mbps {
+            sargs.extend(["--rate-mbps".into(), r.to_string()]);
+        }
+        if let Some(c) = f.count {
+            sargs.extend(["--count".into(), c.to_string()]);
+        }
+        if let Some(d) = f.dscp {
+            sargs.extend(["--dscp".into(), d.to_string()]);
+        }
+        if kind == Kind::TcpBulk {
+            sargs.extend(["--cc".into(), opts.cc.clone()]);
+        }
+        if let Some(p) = opts.rt_priority {
+            sargs.extend(["--rt-priority".into(), p.to_string()]);
+            rargs.extend(["--rt-priority".into(), p.to_string()]);
+        }
+        writeln!(log, "# flow {i} receiver: {}", rargs.join(" "))?;
+        writeln!(log, "# flow {i} sender: {}", sargs.join(" "))?;
+        receivers.push(topo.spawn(
+            recv_role,
+            &format!("recv {}", f.name),
+            exe,
+            &rargs,
+            &dir.join(format!("flow{i}-recv.out")),
+        )?);
+        senders.push(topo.spawn(
+            send_role,
+            &format!("send {}", f.name),
+            exe,
+            &sargs,
+            &dir.join(format!("flow{i}-send.out")),
+        )?);
+        flows.push(FlowRun { recv_out, send_out });
+    }
+    if sys::mono_ns() + 100_000_000 > base {
+        notes.push("helpers started less than 100 ms before scenario time 0".into());
+    }
+
+    // The timeline: outage edges, qdisc samples.
+    let mut edges_todo: Vec<(u64, Edge)> = Vec::new();
+    for (i, l) in spec.links.iter().enumerate() {
+        for [a, b] in merged_outages(&l.outages) {
+            edges_todo.push((base + a, Edge::Down(i)));
+            if b < secs_ns(end_s) {
+                edges_todo.push((base + b, Edge::Up(i)));
+            }
+        }
+    }
+    edges_todo.sort_by_key(|(t, e)| (*t, matches!(e, Edge::Up(_))));
+    let shaped_idx: Vec<i32> = c_idx
+        .iter()
+        .zip(&shaped)
+        .filter(|(_, s)| **s)
+        .map(|(i, _)| *i)
+        .collect();
+    let mut max_qlen = vec![0u32; n];
+    let mut purged = vec![0u64; n];
+    let mut edges = Vec::new();
+    let end_ns = base + secs_ns(end_s);
+    let sample_ns = opts.sample_every.as_nanos().max(100_000) as u64;
+    let mut next_sample = base;
+    let mut todo = edges_todo.into_iter().peekable();
+    let _rt = opts.rt_priority.and_then(RealtimeGuard::enter);
+    let sample = |nl: &mut Netlink, max_qlen: &mut [u32]| -> Result<()> {
+        if shaped_idx.is_empty() {
+            return Ok(());
+        }
+        let stats = nl.root_qdiscs(&c_idx)?;
+        for (m, s) in max_qlen.iter_mut().zip(stats) {
+            if let Some(s) = s {
+                *m = (*m).max(s.qlen);
+            }
+        }
+        Ok(())
+    };
+    loop {
+        if helper_failed(&mut emulator)? {
+            bail!("the emulator exited early:\n{}", emulator.log_tail());
+        }
+        let next_edge = todo.peek().map(|(t, _)| *t);
+        if next_edge.is_some_and(|t| t <= next_sample) {
+            let (t, edge) = todo.next().expect("peeked");
+            sys::sleep_until(t, 300_000);
+            let late_us = sys::mono_ns().saturating_sub(t) as f64 / 1e3;
+            let scheduled_s = t.saturating_sub(base) as f64 / 1e9;
+            match edge {
+                Edge::Down(i) => {
+                    let before = nl_client.root_qdiscs(&[c_idx[i]])?[0];
+                    nl_client.set_link(c_idx[i], false)?;
+                    let after = nl_client.root_qdiscs(&[c_idx[i]])?[0];
+                    // The kernel removes the client's routes through a down interface
+                    // itself; the server's must be withdrawn.
+                    let (_, r_server) = routes(&links[i], c_idx[i], s_idx[i]);
+                    nl_server.route_del(&r_server)?;
+                    let (backlog, meanwhile) = match (before, after) {
+                        (Some(b), Some(a)) => (b.qlen, a.packets.saturating_sub(b.packets)),
+                        (Some(b), None) => (b.qlen, 0),
+                        _ => (0, 0),
+                    };
+                    if shaped[i] {
+                        purged[i] += u64::from(backlog).saturating_sub(meanwhile);
+                    }
+                    writeln!(
+                        log,
+                        "{:.3} link {i} down ({late_us:.0} us late): qdisc backlog {backlog}, \
+                         {meanwhile} left meanwhile",
+                        scheduled_s * 1e3
+                    )?;
+                    edges.push(OutageEdge {
+                        link: i,
+                        what: "down".into(),
+                        scheduled_s,
+                        late_us,
+                        qdisc_backlog: backlog,
+                        dequeued_meanwhile: meanwhile,
+                    });
+                }
+                Edge::Up(i) => {
+                    let l = &links[i];
+                    nl_client.set_link(c_idx[i], true)?;
+                    nl_client.neigh_replace(c_idx[i], l.server, l.server_mac)?;
+                    let (r_client, r_server) = routes(l, c_idx[i], s_idx[i]);
+                    nl_client.route_replace(&r_client)?;
+                    nl_server.route_replace(&r_server)?;
+                    writeln!(
+                        log,
+                        "{:.3} link {i} up ({late_us:.0} us late)",
+                        scheduled_s * 1e3
+                    )?;
+                    edges.push(OutageEdge {
+                        link: i,
+                        what: "up".into(),
+                        scheduled_s,
+                        late_us,
+                        qdisc_backlog: 0,
+                        dequeued_meanwhile: 0,
+                    });
+                }
+            }
+            continue;
+        }
+        if next_sample >= end_ns {
+            break;
+        }
+        sys::sleep_until(next_sample, 0);
+        sample(&mut nl_client, &mut max_qlen)?;
+        next_sample = next_sample.max(sys::mono_ns()) + sample_ns;
+        next_sample = next_sample.min(end_ns);
+        if sys::mono_ns() >= end_ns {
+            break;
+        }
+    }
+    if !shaped_idx.is_empty() {
+        notes.push(format!(
+            "max_queue_below_binding: the client's qdisc backlog sampled every {:.1} ms \
+             (peaks between samples are missed)",
+            sample_ns as f64 / 1e6
+        ));
+    }
+    let final_qdisc: Vec<Option<QdiscStats>> = nl_client.root_qdiscs(&c_idx)?;
+
+    // Collect.
+    let deadline = base + secs_ns(end_s + 5.0);
+    for h in senders.iter_mut().chain(receivers.iter_mut()) {
+        if h.wait_until(deadline)?.is_none() {
+            notes.push(format!("{} did not exit in time: terminated", h.name));
+            h.terminate(Duration::from_millis(500))?;
+        }
+    }
+    if emulator.wait_until(deadline + 1_000_000_000)?.is_none() {
+        emulator.terminate(Duration::from_millis(500))?;
+    }
+    let emu_stats = emu::read_stats(&emu_stats_path)
+        .with_context(|| format!("emulator output:\n{}", emulator.log_tail()))?;
+    let mut send_sums = Vec::new();
+    let mut recv_sums = Vec::new();
+    for (i, (f, h)) in flows.iter().zip(&receivers).enumerate() {
+        let r: RecvSummary = traffic::read_json(&f.recv_out)
+            .with_context(|| format!("flow {i} receiver output:\n{}", h.log_tail()))?;
+        recv_sums.push(r);
+        send_sums.push(traffic::read_json::<SendSummary>(&f.send_out).ok());
+    }
+    for (i, s) in send_sums.iter().enumerate() {
+        match s {
+            None => notes.push(format!(
+                "flow {}: the sender wrote no summary (sent counted by the receiver)",
+                spec.flows[i].name
+            )),
+            Some(s) if !s.errors.is_empty() => notes.push(format!(
+                "flow {}: send errors {:?}",
+                spec.flows[i].name, s.errors
+            )),
+            Some(_) => {}
+        }
+    }
+    if opts.rt_priority.is_some() && !emu_stats.realtime {
+        notes.push("the emulator could not switch to SCHED_FIFO".into());
+    }
+    if !emu_stats.cpu_latency_qos {
+        notes.push(
+            "the emulator could not hold a CPU wake-up latency request \
+             (/dev/cpu_dma_latency): expect millisecond wake-ups on a VM"
+                .into(),
+        );
+    }
+    if emu_stats.socket_drops > 0 {
+        notes.push(format!(
+            "the emulator's packet sockets dropped {} frames (buffer full)",
+            emu_stats.socket_drops
+        ));
+    }
+    drop(emulator);
+    drop(senders);
+    drop(receivers);
+    topo.teardown()?;
+
+    let flows_report: Vec<_> = recv_sums
+        .iter()
+        .zip(&send_sums)
+        .map(|(r, s)| traffic::merge(s.as_ref(), r))
+        .collect();
+    let links_report: Vec<LinkReport> = (0..n)
+        .map(|i| {
+            let e = &emu_stats.links[i];
+            let (up_accepted, up_fifo_full, lost_up, max_below) = if shaped[i] {
+                let q = final_qdisc[i].unwrap_or_default();
+                (
+                    q.packets + purged[i] + u64::from(q.qlen),
+                    u64::from(q.drops),
+                    purged[i] + e.up.lost_outage,
+                    max_qlen[i] as usize,
+                )
+            } else {
+                (
+                    e.up.enqueued,
+                    e.up.dropped_queue_full,
+                    e.up.lost_outage,
+                    e.up.max_backlog,
+                )
+            };
+            LinkReport {
+                name: spec.links[i].name.clone(),
+                packets_sent: up_accepted + e.down.enqueued,
+                lost_on_link: lost_up + e.down.lost_outage + e.up.lost_random + e.down.lost_random,
+                lost_at_outage_up: lost_up,
+                lost_at_outage_down: e.down.lost_outage,
+                dropped_queue_full: up_fifo_full + e.down.dropped_queue_full,
+                dropped_outage: e.up.dropped_outage + e.down.dropped_outage,
+                max_queue_below_binding: max_below,
+                reinjected_from: 0,
+            }
+        })
+        .collect();
+    let report = Report {
+        scenario: spec.scenario.name.clone(),
+        mode: LabMode::Early.name().into(),
+        seed,
+        label: None,
+        totals: Totals {
+            lost: flows_report.iter().map(|f| f.lost).sum(),
+            reinjected: 0,
+            spurious_reinjections: 0,
+        },
+        flows: flows_report,
+        links: links_report,
+        engine: None,
+        simulator: SimReport {
+            steps: 0,
+            stalls: 0,
+        },
+    };
+    let mut summary = String::new();
+    let _ = writeln!(
+        summary,
+        "# emulator lateness us: p50 {} p99 {} max {}",
+        emu_stats.lateness_us.p50, emu_stats.lateness_us.p99, emu_stats.lateness_us.max
+    );
+    for note in &notes {
+        let _ = writeln!(summary, "# note: {note}");
+    }
+    write!(log, "{summary}")?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    Ok(LabOutcome {
+        report,
+        emulator: emu_stats,
+        senders: send_sums,
+        receivers: recv_sums,
+        edges,
+        notes,
+        run_dir: dir.to_owned(),
+    })
+}
+
+/// Keeps the calling thread in `SCHED_FIFO` until dropped.
+struct RealtimeGuard {
+    old: (i32, i32),
+}
+
+impl RealtimeGuard {
+    fn enter(priority: i32) -> Option<Self> {
+        sys::set_realtime(priority).ok().map(|old| Self { old })
+    }
+}
+
+impl Drop for RealtimeGuard {
+    fn drop(&mut self) {
+        let _ = sys::set_scheduler(self.old.0, self.old.1);
+    }
+}
+
+/// Whether a helper that should still run has exited with a failure.
+fn helper_failed(h: &mut Helper) -> Result<bool> {
+    Ok(matches!(h.try_wait()?, Some(s) if !s.success()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outages_merge_like_the_link_model() {
+        assert_eq!(
+            merged_outages(&[[3.0, 4.0], [1.0, 2.0], [1.5, 2.5], [2.5, 2.75]]),
+            vec![
+                [1_000_000_000, 2_750_000_000],
+                [3_000_000_000, 4_000_000_000]
+            ]
+        );
+        assert!(merged_outages(&[]).is_empty());
+    }
+
+    #[test]
+    fn seeds_are_independent_per_link_direction() {
+        let s: Vec<u64> = (0..4).map(|i| seed_for(1, i / 2, i as u64 % 2)).collect();
+        for a in 0..4 {
+            for b in a + 1..4 {
+                assert_ne!(s[a], s[b]);
+            }
+        }
+        assert_eq!(seed_for(1, 0, 0), seed_for(1, 0, 0));
+    }
+
+    #[test]
+    fn modes_parse_and_late_is_refused() {
+        assert_eq!("early".parse::<LabMode>(), Ok(LabMode::Early));
+        assert_eq!("mptcp".parse::<LabMode>(), Ok(LabMode::Mptcp));
+        assert!("fast".parse::<LabMode>().is_err());
+        let scenario = Scenario::from_str(
+            "[scenario]\nname='t'\nduration_s=1.0\n[[links]]\nname='a'\nrate_mbps=1.0\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        for mode in [LabMode::Late, LabMode::Mptcp] {
+            let e = run(&scenario, mode, Path::new("/nonexistent")).unwrap_err();
+            assert!(e.to_string().contains("not built yet"), "{e}");
+        }
+    }
+
+    #[test]
+    fn routes_use_link_metrics_and_application_addresses() {
+        let l = crate::netns::link_addrs(1).unwrap();
+        let (c, s) = routes(&l, 5, 7);
+        assert_eq!(
+            (c.dst, c.gateway, c.oif, c.metric),
+            (SERVER_APP, l.server, 5, 20)
+        );
+        assert_eq!(
+            (s.dst, s.gateway, s.oif, s.metric),
+            (CLIENT_APP, l.client, 7, 20)
+        );
+    }
+}

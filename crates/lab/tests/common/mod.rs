@@ -1,0 +1,46 @@
+//! Shared helpers of the privileged lab tests.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+/// Whether the test may run: true as root. Not root: skipped with a printed reason,
+/// except when `CI=true`, where it fails (CI must run the lab's tests as root).
+pub(crate) fn root_or_skip(test: &str) -> bool {
+    if latebind_lab::run::require_root().is_ok() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: CI=true but not running as root: the lab's tests need root");
+    }
+    eprintln!("skipping {test}: needs root (network namespaces, veths, qdiscs)");
+    false
+}
+
+/// The binary that serves `emulate` and `traffic` for the runner.
+pub(crate) fn exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lab-dev"))
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Timing tests of one binary run one at a time (the machine has 2 CPUs).
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A fresh folder for a test's files.
+pub(crate) fn test_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("latebind-lab-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// The scenarios folder of the workspace.
+pub(crate) fn scenario(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name)
+}

@@ -1,0 +1,228 @@
+//! Privileged: the emulator alone, one emulated link between the client's and the
+//! server's link addresses (no qdisc, no routing mode), real UDP through it.
+
+mod common;
+
+use std::path::Path;
+
+use latebind_lab::emu::{DirectionSpec, EmuLinkSpec, EmuSpec, EmuStats, RateSpec};
+use latebind_lab::netns::{Role, Topology};
+use latebind_lab::sys::mono_ns;
+use latebind_lab::traffic::{RecvSummary, SendSummary, read_json};
+
+/// A direction at 1 Gbit/s (serialization negligible) with `delay_ms`.
+fn fast(delay_ms: u64) -> DirectionSpec {
+    DirectionSpec {
+        rate: RateSpec::Fixed { bits_per_sec: 1e9 },
+        delay_ns: delay_ms * 1_000_000,
+        jitter_ns: 0,
+        loss: 0.0,
+        queue_packets: 100_000,
+        outages_ns: vec![],
+        drop_in_flight_on_outage: false,
+        seed: 7,
+    }
+}
+
+struct Outcome {
+    recv: RecvSummary,
+    send: SendSummary,
+    emu: EmuStats,
+}
+
+/// Sends udp-cbr client -> server through one emulated link whose uplink is `up`:
+/// `packet_bytes` IP packets every `interval_us`, from `start_s` to `stop_s`
+/// (scenario time).
+fn run_link(
+    name: &str,
+    up: DirectionSpec,
+    packet_bytes: usize,
+    interval_us: u64,
+    start_s: f64,
+    stop_s: f64,
+) -> Outcome {
+    let dir = common::test_dir(name);
+    let topo = Topology::create(1).expect("topology");
+    let l = &topo.links[0];
+    let base = mono_ns() + 500_000_000;
+    let end_s = stop_s + 0.5;
+    let spec = EmuSpec {
+        base_ns: base,
+        until_ns: Some(base + ((end_s + 0.4) * 1e9) as u64),
+        spin_us: 200,
+        links: vec![EmuLinkSpec {
+            name: "l0".into(),
+            client_if: l.emu_client_if.clone(),
+            server_if: l.emu_server_if.clone(),
+            up,
+            down: fast(0),
+        }],
+        stats_path: Some(dir.join("emu-stats.json")),
+        log_path: Some(dir.join("emu.log")),
+        log_frames: false,
+        cpu_latency_qos: true,
+        rt_priority: Some(50),
+    };
+    let spec_path = dir.join("emu-spec.json");
+    std::fs::write(&spec_path, serde_json::to_string(&spec).unwrap()).unwrap();
+    let exe = common::exe();
+    let mut emu = topo
+        .spawn(
+            Role::Emu,
+            "emulate",
+            &exe,
+            &["emulate", "--spec", spec_path.to_str().unwrap()],
+            &dir.join("emu.out"),
+        )
+        .expect("emulator");
+    let rate_mbps = packet_bytes as f64 * 8.0 / interval_us as f64;
+    let times = |out: &Path, until: f64| -> Vec<String> {
+        ["--name", "probe", "--kind", "udp-cbr", "--index", "0"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "--base-ns".into(),
+                base.to_string(),
+                "--start-s".into(),
+                start_s.to_string(),
+                "--stop-s".into(),
+                stop_s.to_string(),
+                "--until-s".into(),
+                until.to_string(),
+                "--out".into(),
+                out.display().to_string(),
+            ])
+            .collect()
+    };
+    let to = format!("{}:20000", l.server);
+    let mut rargs = vec![
+        "traffic".to_owned(),
+        "recv".into(),
+        "--bind".into(),
+        to.clone(),
+    ];
+    rargs.extend(times(&dir.join("recv.json"), end_s + 0.2));
+    let mut sargs = vec![
+        "traffic".to_owned(),
+        "send".into(),
+        "--bind".into(),
+        format!("{}:10000", l.client),
+        "--to".into(),
+        to,
+        "--rate-mbps".into(),
+        rate_mbps.to_string(),
+        "--packet-bytes".into(),
+        packet_bytes.to_string(),
+        "--rt-priority".into(),
+        "40".into(),
+    ];
+    sargs.extend(times(&dir.join("send.json"), end_s));
+    let mut recv = topo
+        .spawn(Role::Server, "recv", &exe, &rargs, &dir.join("recv.out"))
+        .expect("receiver");
+    let mut send = topo
+        .spawn(Role::Client, "send", &exe, &sargs, &dir.join("send.out"))
+        .expect("sender");
+    let deadline = base + ((end_s + 5.0) * 1e9) as u64;
+    for h in [&mut send, &mut recv, &mut emu] {
+        let st = h
+            .wait_until(deadline)
+            .expect("wait")
+            .unwrap_or_else(|| panic!("{} hung", h.name));
+        assert!(st.success(), "{} failed: {}", h.name, h.log_tail());
+    }
+    let out = Outcome {
+        recv: read_json(&dir.join("recv.json")).expect("receiver summary"),
+        send: read_json(&dir.join("send.json")).expect("sender summary"),
+        emu: latebind_lab::emu::read_stats(&dir.join("emu-stats.json")).expect("emulator stats"),
+    };
+    drop(topo);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "{name}: sent {} delivered {} latency ms {:?} gap {:.3} ms; emulator lateness us {:?}, read delay us {:?}",
+        out.send.sent,
+        out.recv.delivered,
+        out.recv.latency_ms,
+        out.recv.max_gap_ms,
+        out.emu.lateness_us,
+        out.emu.links[0].up.read_delay_us
+    );
+    out
+}
+
+#[test]
+fn emulated_delay_20ms_arrives_within_1ms() {
+    if !common::root_or_skip("emulated_delay_20ms_arrives_within_1ms") {
+        return;
+    }
+    let _g = common::serial();
+    // 200-byte packets every 2 ms for 2 s: 1000 packets.
+    let o = run_link("delay", fast(20), 200, 2000, 0.0, 2.0);
+    assert_eq!(o.send.sent, 1000);
+    assert_eq!(o.recv.delivered, 1000, "no loss configured");
+    assert_eq!(o.recv.latency_clock, "kernel");
+    let l = o.recv.latency_ms;
+    assert!(
+        l.p50 >= 20.0,
+        "one-way delay below the emulated 20 ms: {l:?}"
+    );
+    assert!(
+        l.p99 <= 21.0,
+        "one-way delay p99 {} ms above 20 + 1 ms",
+        l.p99
+    );
+    let up = &o.emu.links[0].up;
+    assert_eq!(up.delivered, 1000);
+    assert!(o.emu.lateness_us.p99 < 1000.0, "{:?}", o.emu.lateness_us);
+}
+
+#[test]
+fn emulated_loss_drops_a_tenth() {
+    if !common::root_or_skip("emulated_loss_drops_a_tenth") {
+        return;
+    }
+    let _g = common::serial();
+    let mut up = fast(1);
+    up.loss = 0.1;
+    // 100-byte packets every 500 us for 1 s: 2000 packets.
+    let o = run_link("loss", up, 100, 500, 0.0, 1.0);
+    assert_eq!(o.send.sent, 2000);
+    let lost = o.send.sent - o.recv.delivered;
+    // Binomial(2000, 0.1): mean 200, sd 13.4; +-50 is 3.7 sd.
+    assert!(
+        (150..=250).contains(&lost),
+        "lost {lost} of 2000 at loss 0.1"
+    );
+    assert_eq!(
+        lost, o.emu.links[0].up.lost_random,
+        "every loss is the model's"
+    );
+}
+
+#[test]
+fn emulated_outage_drops_traffic_for_its_interval() {
+    if !common::root_or_skip("emulated_outage_drops_traffic_for_its_interval") {
+        return;
+    }
+    let _g = common::serial();
+    let mut up = fast(20);
+    up.outages_ns = vec![[1_000_000_000, 1_500_000_000]];
+    // 200-byte packets every 1 ms from 0.5 s to 2.0 s: 1500 packets, 500 of them sent
+    // inside the outage; those sent before it were already on the link and arrive
+    // (uplink semantics).
+    let o = run_link("outage", up, 200, 1000, 0.5, 2.0);
+    assert_eq!(o.send.sent, 1500);
+    let lost = o.send.sent - o.recv.delivered;
+    assert!(
+        (497..=503).contains(&lost),
+        "lost {lost}, expected the 500 sent during the outage"
+    );
+    let up = &o.emu.links[0].up;
+    assert_eq!(up.dropped_outage + up.lost_outage, lost);
+    // The receiver saw nothing for the outage's length.
+    assert!(
+        (o.recv.max_gap_ms - 500.0).abs() < 5.0,
+        "gap {} ms",
+        o.recv.max_gap_ms
+    );
+}
