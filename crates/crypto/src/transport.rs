@@ -15,8 +15,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Nonce, Tag};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 
 use crate::CryptoError;
 use crate::header::{FLAG_KEY_PHASE, HEADER_LEN, Header};
@@ -47,8 +46,8 @@ const MAX_DATAGRAM_LEN: usize = u16::MAX as usize;
 /// [`Initiator::handle_response`]: crate::Initiator::handle_response
 /// [`Responder::handle_initiation`]: crate::Responder::handle_initiation
 pub struct Transport {
-    send: ChaCha20Poly1305,
-    recv: ChaCha20Poly1305,
+    send: LessSafeKey,
+    recv: LessSafeKey,
     session: u32,
     epoch: u64,
     initiator: bool,
@@ -68,8 +67,8 @@ impl Transport {
         born: Duration,
     ) -> Self {
         Self {
-            send: ChaCha20Poly1305::new(send.into()),
-            recv: ChaCha20Poly1305::new(recv.into()),
+            send: aead_key(send),
+            recv: aead_key(recv),
             session,
             epoch,
             initiator,
@@ -96,13 +95,13 @@ impl Transport {
         let old_flags = std::mem::replace(&mut head[1], flags);
         let Ok(tag) = self
             .send
-            .encrypt_in_place_detached(&nonce(header), head, body)
+            .seal_in_place_separate_tag(nonce(header), Aad::from(&*head), body)
         else {
             // Unreachable: the only failure is a body longer than 2^38 bytes.
             head[1] = old_flags;
             return Err(CryptoError::TooLong);
         };
-        datagram.extend_from_slice(&tag);
+        datagram.extend_from_slice(tag.as_ref());
         self.sealed += 1;
         Ok(())
     }
@@ -127,9 +126,13 @@ impl Transport {
         }
         out.extend_from_slice(sealed);
         let (head, body) = out.split_at_mut(HEADER_LEN);
-        let opened =
-            self.recv
-                .decrypt_in_place_detached(&nonce(header), head, body, &Tag::from(*tag));
+        let opened = self.recv.open_in_place_separate_tag(
+            nonce(header),
+            Aad::from(&*head),
+            Tag::from(*tag),
+            body,
+            0..,
+        );
         if opened.is_err() {
             out.clear();
             return Err(CryptoError::AuthenticationFailed);
@@ -197,7 +200,16 @@ fn nonce(header: Header) -> Nonce {
     let n = (u64::from(header.link) << 32) | u64::from(header.pn);
     let mut bytes = [0; 12];
     bytes[4..].copy_from_slice(&n.to_le_bytes());
-    Nonce::from(bytes)
+    // Unique per key: the engine never reuses a (link, packet number) pair under one key,
+    // and a key seals at most 2^32 datagrams (module doc).
+    Nonce::assume_unique_for_key(bytes)
+}
+
+/// A ChaCha20-Poly1305 key from ring (assembly implementations with AVX2/AVX-512).
+fn aead_key(key: &[u8; 32]) -> LessSafeKey {
+    LessSafeKey::new(
+        UnboundKey::new(&CHACHA20_POLY1305, key).expect("ChaCha20-Poly1305 takes 32-byte keys"),
+    )
 }
 
 /// The keys of one session: at most one per key phase.

@@ -151,6 +151,12 @@ pub struct EmuSpec {
     /// CPU-bound processes on the machine do not delay deliveries.
     #[serde(default)]
     pub rt_priority: Option<i32>,
+    /// The models start this long before `base_ns` (ns): frames sent before scenario
+    /// time 0 (the daemons' handshake in mode late) go through the links with their
+    /// delay instead of waiting for time 0. Outages and trace times stay relative to
+    /// `base_ns` (each model's origin is `warmup_ns`).
+    #[serde(default)]
+    pub warmup_ns: u64,
 }
 
 fn yes() -> bool {
@@ -482,6 +488,8 @@ struct Dir {
 struct Log {
     file: Option<io::BufWriter<std::fs::File>>,
     frames: bool,
+    /// The models' clock minus this is scenario time (the spec's `warmup_ns`).
+    warmup: Duration,
 }
 
 impl Log {
@@ -499,6 +507,11 @@ fn scn(now_ns: u64, base_ns: u64) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1e6
+}
+
+/// Scenario time (ms, negative before time 0) of an instant on the models' clock.
+fn scn_ms(at: Duration, warmup: Duration) -> f64 {
+    ms(at) - ms(warmup)
 }
 
 /// The emulator loop (see the module docs). `cmdline` goes into the log header.
@@ -530,7 +543,7 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
             dirs.push(Dir {
                 link: i,
                 up,
-                model: LinkDirection::new(params, d.seed, Duration::ZERO),
+                model: LinkDirection::new(params, d.seed, Duration::from_nanos(spec.warmup_ns)),
                 ingress: if up { c } else { c + 1 },
                 egress: if up { c + 1 } else { c },
                 stats: DirectionStats::default(),
@@ -547,6 +560,7 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
             None => None,
         },
         frames: spec.log_frames,
+        warmup: Duration::from_nanos(spec.warmup_ns),
     };
     write_header(&mut log, spec, cmdline);
     log.line(format_args!(
@@ -574,7 +588,8 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
     epoll.add(timer.raw(), TIMER)?;
     epoll.add(signals.raw(), SIGNAL)?;
     let spin_ns = spec.spin_us * 1000;
-    let base = spec.base_ns;
+    // The models' clock: 0 at `base_ns - warmup_ns` (scenario time 0 is `warmup` on it).
+    let base = spec.base_ns.saturating_sub(spec.warmup_ns);
     // Tokens to serve: at first every socket, then what epoll reports.
     let mut ready: Vec<u64> = (0..sockets.len() as u64).collect();
     let mut buf = vec![0u8; 65536];
@@ -642,7 +657,7 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
         };
         epoll.wait(&mut ready, timeout)?;
     }
-    let end = scn(sys::mono_ns(), base);
+    let end = scn(sys::mono_ns(), spec.base_ns);
     log.line(format_args!("{:.3} exit", ms(end)));
     if let Some(f) = &mut log.file {
         let _ = f.flush();
@@ -765,7 +780,7 @@ fn read_socket(
                 if log.frames {
                     log.line(format_args!(
                         "{:.3} {} {} refused {} {reason}",
-                        ms(at),
+                        scn_ms(at, log.warmup),
                         d.link,
                         if d.up { "up" } else { "down" },
                         len
@@ -805,8 +820,8 @@ fn drive(d: &mut Dir, sockets: &[PacketSocket], now: u64, base: u64, log: &mut L
                 if log.frames {
                     log.line(format_args!(
                         "{:.3} {name} {dir} delivered {len} {:.3} {}",
-                        ms(scn(sent, base)),
-                        ms(at),
+                        scn_ms(scn(sent, base), log.warmup),
+                        scn_ms(at, log.warmup),
                         late / 1000
                     ));
                 }
@@ -820,16 +835,18 @@ fn drive(d: &mut Dir, sockets: &[PacketSocket], now: u64, base: u64, log: &mut L
                 if log.frames {
                     log.line(format_args!(
                         "{:.3} {name} {dir} lost {} {reason}",
-                        ms(at),
+                        scn_ms(at, log.warmup),
                         payload.bytes.len() - ETH_HLEN
                     ));
                 }
             }
             LinkEvent::OutageStart { at } => {
-                log.line(format_args!("{:.3} {name} {dir} outage-start", ms(at)));
+                let t = scn_ms(at, log.warmup);
+                log.line(format_args!("{t:.3} {name} {dir} outage-start"));
             }
             LinkEvent::OutageEnd { at } => {
-                log.line(format_args!("{:.3} {name} {dir} outage-end", ms(at)));
+                let t = scn_ms(at, log.warmup);
+                log.line(format_args!("{t:.3} {name} {dir} outage-end"));
             }
             LinkEvent::TxDone { .. } => {}
         }
@@ -929,6 +946,7 @@ mod tests {
             log_frames: false,
             cpu_latency_qos: true,
             rt_priority: Some(50),
+            warmup_ns: 0,
         };
         let json = serde_json::to_string(&spec).unwrap();
         let back: EmuSpec = serde_json::from_str(&json).unwrap();

@@ -8,8 +8,10 @@
 //!   through the simulator's `LinkDirection` models, epoll + timerfd + a short spin.
 //! - [`traffic`]: the traffic tool (`<exe> traffic send|recv`): UDP probes and TCP
 //!   records with `CLOCK_MONOTONIC` timestamps, JSON summaries.
-//! - [`run`](mod@run): the runner: one scenario in one mode (`early` so far), the report in the
-//!   simulator's shape.
+//! - [`run`](mod@run): the runner: one scenario in one mode (`early`, `late`, `mptcp`),
+//!   the report in the simulator's shape.
+//! - [`late`]: mode late's daemons (keys, configs, start, status); [`mptcp`]: mode
+//!   mptcp's path manager and policy routing.
 //! - [`cli`]: clap argument structs for the `lab`, `emulate` and `traffic` subcommands,
 //!   ready to be embedded in a binary.
 //! - [`netlink`], [`stats`], [`sys`]: rtnetlink for timed interface and route changes,
@@ -24,6 +26,8 @@
 
 pub mod cli;
 pub mod emu;
+pub mod late;
+pub mod mptcp;
 pub mod netlink;
 pub mod netns;
 pub mod run;

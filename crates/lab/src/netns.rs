@@ -645,6 +645,14 @@ impl Topology {
         self.batch("ip", role, lines)
     }
 
+    /// Writes a sysctl in namespace `role` (`net.mptcp.enabled`, ...).
+    pub fn sysctl(&mut self, role: Role, key: &str, value: &str) -> Result<()> {
+        let ns = self.ns(role);
+        self.commands
+            .push(format!("ip netns exec {ns} sysctl -w {key}={value}"));
+        sysctls(&ns, &[(key, value)])
+    }
+
     /// Starts `<exe> args...` inside namespace `role` (`ip netns exec`), its output
     /// appended to `log`. The helper gets SIGKILL if the calling thread ends.
     pub fn spawn<S: AsRef<OsStr>>(

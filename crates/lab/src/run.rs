@@ -37,7 +37,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -46,20 +46,22 @@ use latebind_sim::Scenario;
 use latebind_sim::report::{LinkReport, Report, SimReport, Totals};
 use serde::{Deserialize, Serialize};
 
+use latebind_daemon::status::Status;
+
 use crate::emu::{self, DirectionSpec, EmuLinkSpec, EmuSpec, EmuStats, RateSpec};
 use crate::netlink::{Netlink, QdiscStats, Route};
 use crate::netns::{CLIENT_APP, Helper, LinkAddrs, Role, SERVER_APP, Topology};
-use crate::sys;
 use crate::traffic::{self, Kind, RecvSummary, SendSummary};
+use crate::{late, mptcp, sys};
 
 /// Which stack the lab runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LabMode {
     /// Linux default routing (early binding).
     Early,
-    /// The latebind daemons (not built yet in the lab).
+    /// The latebind daemons (see [`late`](crate::late)).
     Late,
-    /// Kernel multipath TCP (not built yet in the lab).
+    /// Kernel multipath TCP, TCP flows only (see [`mptcp`](crate::mptcp)).
     Mptcp,
 }
 
@@ -107,9 +109,14 @@ pub struct LabOptions {
     /// The emulator holds a CPU wake-up latency request of 0 while it runs (see
     /// [`EmuSpec::cpu_latency_qos`](crate::emu::EmuSpec::cpu_latency_qos)).
     pub cpu_latency_qos: bool,
-    /// Real-time (`SCHED_FIFO`) priority of the traffic tools and of the runner's
-    /// timeline thread; the emulator gets 10 more. None: the default scheduler everywhere.
+    /// Real-time (`SCHED_FIFO`) priority of the traffic tools, the daemons (mode late)
+    /// and the runner's timeline thread; the emulator gets 10 more. None: the default
+    /// scheduler everywhere.
     pub rt_priority: Option<i32>,
+    /// Mode late: time added before scenario time 0 for the daemons to start and
+    /// complete their handshake (on top of `lead`, half of which is left for the
+    /// traffic tools to start).
+    pub daemon_warmup: Duration,
 }
 
 impl Default for LabOptions {
@@ -124,6 +131,7 @@ impl Default for LabOptions {
             log_frames: false,
             cpu_latency_qos: true,
             rt_priority: Some(40),
+            daemon_warmup: Duration::from_millis(1000),
         }
     }
 }
@@ -177,12 +185,8 @@ pub fn run_with(
     exe: &Path,
     opts: &LabOptions,
 ) -> Result<LabOutcome> {
-    match mode {
-        LabMode::Early => {}
-        LabMode::Late | LabMode::Mptcp => bail!(
-            "mode {} in the lab: not built yet (only early runs in the lab so far)",
-            mode.name()
-        ),
+    if mode == LabMode::Mptcp {
+        mptcp::check_flows(scenario)?;
     }
     require_root()?;
     if !exe.exists() {
@@ -201,7 +205,7 @@ pub fn run_with(
         }
     };
     std::fs::create_dir_all(&run_dir).with_context(|| format!("{}", run_dir.display()))?;
-    let result = run_early(scenario, exe, opts, &run_dir);
+    let result = run_mode(scenario, mode, exe, opts, &run_dir);
     match result {
         Ok(outcome) => {
             if !opts.keep && opts.work_dir.is_none() {
@@ -310,11 +314,47 @@ enum Edge {
     Up(usize),
 }
 
-fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> Result<LabOutcome> {
+/// The client's and the server's application addresses of a mode (a flow's ports are
+/// added per flow): early, the scenario's; late, the tunnel's; mptcp, the initial
+/// link's address and the server's.
+fn app_addresses(
+    mode: LabMode,
+    scenario: &Scenario,
+    links: &[LinkAddrs],
+    start_s: f64,
+) -> (Ipv4Addr, Ipv4Addr) {
+    match mode {
+        LabMode::Early => (CLIENT_APP, SERVER_APP),
+        LabMode::Late => (late::CLIENT_TUN, late::SERVER_TUN),
+        LabMode::Mptcp => (
+            mptcp::client_addr(links, mptcp::initial_link(scenario, start_s)),
+            SERVER_APP,
+        ),
+    }
+}
+
+fn run_mode(
+    scenario: &Scenario,
+    mode: LabMode,
+    exe: &Path,
+    opts: &LabOptions,
+    dir: &Path,
+) -> Result<LabOutcome> {
     let spec = &scenario.spec;
     let n = spec.links.len();
     let seed = spec.scenario.seed;
-    let capacity = spec.early.qdisc_packets + spec.early.driver_packets;
+    let early_fifo = spec.early.qdisc_packets + spec.early.driver_packets;
+    // The FIFO at the client's side of each link: the kernel's qdisc + driver in modes
+    // early and mptcp; the link's bottleneck buffer in mode late, where the daemon's
+    // socket keeps it nearly empty.
+    let fifo: Vec<usize> = spec
+        .links
+        .iter()
+        .map(|l| match mode {
+            LabMode::Late => l.queue_packets.max(1),
+            LabMode::Early | LabMode::Mptcp => early_fifo,
+        })
+        .collect();
     let mut notes = Vec::new();
     let mut log = std::fs::File::create(dir.join("lab.log"))?;
     writeln!(log, "# tool: latebind lab")?;
@@ -326,9 +366,10 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
     )?;
     writeln!(
         log,
-        "# scenario: {} ({}), mode early, seed {seed}",
+        "# scenario: {} ({}), mode {}, seed {seed}",
         spec.scenario.name,
-        scenario.path.display()
+        scenario.path.display(),
+        mode.name()
     )?;
 
     let mut topo = Topology::create(n)?;
@@ -341,31 +382,54 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
     }
     let links = topo.links.clone();
     let rates: Vec<(RateSpec, RateSpec)> = (0..n).map(|i| rates(scenario, i)).collect();
+    let n_setup = topo.commands.len();
 
-    // Routing and the client's FIFOs.
-    let mut client_cmds = Vec::new();
-    let mut server_cmds = Vec::new();
-    for l in &links {
-        let metric = 10 * (l.index + 1);
-        client_cmds.push(format!(
-            "route replace {SERVER_APP}/32 via {} dev {} metric {metric} src {CLIENT_APP}",
-            l.server, l.client_if
-        ));
-        server_cmds.push(format!(
-            "route replace {CLIENT_APP}/32 via {} dev {} metric {metric} src {SERVER_APP}",
-            l.client, l.server_if
-        ));
+    // Routing.
+    match mode {
+        LabMode::Early => {
+            let mut client_cmds = Vec::new();
+            let mut server_cmds = Vec::new();
+            for l in &links {
+                let metric = 10 * (l.index + 1);
+                client_cmds.push(format!(
+                    "route replace {SERVER_APP}/32 via {} dev {} metric {metric} src {CLIENT_APP}",
+                    l.server, l.client_if
+                ));
+                server_cmds.push(format!(
+                    "route replace {CLIENT_APP}/32 via {} dev {} metric {metric} src {SERVER_APP}",
+                    l.client, l.server_if
+                ));
+            }
+            topo.ip_batch(Role::Client, &client_cmds)?;
+            topo.ip_batch(Role::Server, &server_cmds)?;
+        }
+        LabMode::Late => {
+            if spec.late.policy != "min-rtt" {
+                notes.push(format!(
+                    "late.policy = {:?}: the daemons have no policy setting yet; they ran \
+                     their default (min-rtt)",
+                    spec.late.policy
+                ));
+            }
+        }
+        LabMode::Mptcp => {
+            for role in [Role::Client, Role::Server] {
+                topo.sysctl(role, "net.mptcp.enabled", "1")?;
+            }
+            let (client_cmds, server_cmds) = mptcp::setup(&links);
+            topo.ip_batch(Role::Client, &client_cmds)?;
+            topo.ip_batch(Role::Server, &server_cmds)?;
+        }
     }
-    topo.ip_batch(Role::Client, &client_cmds)?;
-    topo.ip_batch(Role::Server, &server_cmds)?;
+    // The client's FIFOs.
     let mut tc = Vec::new();
     for (l, (up, _)) in links.iter().zip(&rates) {
         let Some(bps) = htb_rate(up) else {
             notes.push(format!(
                 "link {}: uplink follows a trace; htb cannot shape it, so the emulator's \
-                 uplink model holds the {capacity}-packet FIFO (no push-back to the \
-                 client's TCP, losses at outages counted by the model)",
-                spec.links[l.index].name
+                 uplink model holds the {}-packet FIFO (no push-back to the client's \
+                 sockets, losses at outages counted by the model)",
+                spec.links[l.index].name, fifo[l.index]
             ));
             continue;
         };
@@ -380,8 +444,8 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
             l.client_if
         ));
         tc.push(format!(
-            "qdisc add dev {} parent 1:1 handle 10: pfifo limit {capacity}",
-            l.client_if
+            "qdisc add dev {} parent 1:1 handle 10: pfifo limit {}",
+            l.client_if, fifo[l.index]
         ));
     }
     if !tc.is_empty() {
@@ -392,11 +456,7 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
                 .into(),
         );
     }
-    for c in topo
-        .commands
-        .iter()
-        .skip_while(|c| !c.contains("route replace"))
-    {
+    for c in &topo.commands[n_setup..] {
         writeln!(log, "{c}")?;
     }
 
@@ -413,7 +473,7 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         .collect::<std::io::Result<_>>()?;
     let shaped: Vec<bool> = rates.iter().map(|(up, _)| htb_rate(up).is_some()).collect();
 
-    // Times.
+    // Times. Mode late starts the daemons and lets them handshake before time 0.
     let duration_s = spec.scenario.duration_s;
     let max_delay_ms = spec
         .links
@@ -422,7 +482,12 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         .fold(0.0, f64::max);
     let drain_s = 1.0 + 2.0 * max_delay_ms / 1e3;
     let end_s = duration_s + drain_s;
-    let base = sys::mono_ns() + opts.lead.as_nanos() as u64;
+    let warmup = match mode {
+        LabMode::Late => opts.daemon_warmup,
+        LabMode::Early | LabMode::Mptcp => Duration::ZERO,
+    };
+    let warmup_ns = warmup.as_nanos() as u64;
+    let base = sys::mono_ns() + opts.lead.as_nanos() as u64 + warmup_ns;
     writeln!(
         log,
         "# base time: {base} ns of CLOCK_MONOTONIC (scenario time 0); end {end_s:.3} s"
@@ -448,7 +513,7 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
             let up = if shaped[l.index] {
                 d(RateSpec::Fixed { bits_per_sec: 1e11 }, 1 << 20, false, 0)
             } else {
-                d(up.clone(), capacity, false, 0)
+                d(up.clone(), fifo[l.index], false, 0)
             };
             EmuLinkSpec {
                 name: s.name.clone(),
@@ -470,6 +535,13 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         log_frames: opts.log_frames,
         cpu_latency_qos: opts.cpu_latency_qos,
         rt_priority: opts.rt_priority.map(|p| p.saturating_add(10).min(99)),
+        // Mode late: the models' clock starts now, so the daemons' handshake crosses
+        // the links with their delays before time 0.
+        warmup_ns: if warmup_ns > 0 {
+            warmup_ns + opts.lead.as_nanos() as u64
+        } else {
+            0
+        },
     };
     let spec_path = dir.join("emu-spec.json");
     std::fs::write(&spec_path, serde_json::to_string_pretty(&emu_spec)?)?;
@@ -481,6 +553,32 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         &dir.join("emu.out"),
     )?;
 
+    // Mode late: the daemons, up and handshaken before the traffic starts.
+    let mut daemons = match mode {
+        LabMode::Late => {
+            // Leave the traffic tools half the lead to start before time 0.
+            let deadline = base.saturating_sub(opts.lead.as_nanos() as u64 / 2);
+            let d = late::start(
+                &topo,
+                exe,
+                scenario,
+                dir,
+                opts.rt_priority,
+                deadline,
+                &mut notes,
+            )?;
+            writeln!(
+                log,
+                "# daemons: server pid {}, client pid {}; tunnel up {:.3} s before time 0",
+                d.server.pid(),
+                d.client.pid(),
+                base.saturating_sub(sys::mono_ns()) as f64 / 1e9
+            )?;
+            Some(d)
+        }
+        LabMode::Early | LabMode::Mptcp => None,
+    };
+
     // Receivers, then senders.
     let mut receivers: Vec<Helper> = Vec::new();
     let mut senders: Vec<Helper> = Vec::new();
@@ -489,8 +587,9 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         let kind = Kind::parse(&f.kind).context("validated flow kind")?;
         let index = i as u16;
         let up = f.direction != "down";
-        let client = SocketAddrV4::new(CLIENT_APP, 10_000 + index);
-        let server = SocketAddrV4::new(SERVER_APP, 20_000 + index);
+        let (client_ip, server_ip) = app_addresses(mode, scenario, &links, f.start_s);
+        let client = SocketAddrV4::new(client_ip, 10_000 + index);
+        let server = SocketAddrV4::new(server_ip, 20_000 + index);
         let (from, to, send_role, recv_role) = if up {
             (client, server, Role::Client, Role::Server)
         } else {
@@ -521,15 +620,31 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         };
         let mut rargs = vec!["traffic".to_owned(), "recv".into()];
         rargs.extend(common(&recv_out, end_s + 0.3));
-        rargs.extend(["--bind".into(), to.to_string()]);
         let mut sargs = vec!["traffic".to_owned(), "send".into()];
         sargs.extend(common(&send_out, end_s));
-        sargs.extend([
-            "--bind".into(),
-            from.to_string(),
-            "--to".into(),
-            to.to_string(),
-        ]);
+        if mode == LabMode::Mptcp && !up {
+            // The client opens the connection: its receiver connects to the server's
+            // listening sender.
+            rargs.extend([
+                "--bind".into(),
+                client.to_string(),
+                "--connect".into(),
+                server.to_string(),
+            ]);
+            sargs.extend(["--bind".into(), server.to_string(), "--listen".into()]);
+        } else {
+            rargs.extend(["--bind".into(), to.to_string()]);
+            sargs.extend([
+                "--bind".into(),
+                from.to_string(),
+                "--to".into(),
+                to.to_string(),
+            ]);
+        }
+        if mode == LabMode::Mptcp {
+            rargs.push("--mptcp".into());
+            sargs.push("--mptcp".into());
+        }
         if let Some(p) = f.packet_bytes {
             rargs.extend(["--packet-bytes".into(), p.to_string()]);
             sargs.extend(["--packet-bytes".into(), p.to_string()]);
@@ -596,7 +711,7 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
     let sample_ns = opts.sample_every.as_nanos().max(100_000) as u64;
     let mut next_sample = base;
     let mut todo = edges_todo.into_iter().peekable();
-    let _rt = opts.rt_priority.and_then(RealtimeGuard::enter);
+    let rt_guard = opts.rt_priority.and_then(RealtimeGuard::enter);
     let sample = |nl: &mut Netlink, max_qlen: &mut [u32]| -> Result<()> {
         if shaped_idx.is_empty() {
             return Ok(());
@@ -613,6 +728,13 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         if helper_failed(&mut emulator)? {
             bail!("the emulator exited early:\n{}", emulator.log_tail());
         }
+        if let Some(d) = daemons.as_mut() {
+            for h in [&mut d.server, &mut d.client] {
+                if let Some(s) = h.try_wait()? {
+                    bail!("{} exited ({s}) during the run:\n{}", h.name, h.log_tail());
+                }
+            }
+        }
         let next_edge = todo.peek().map(|(t, _)| *t);
         if next_edge.is_some_and(|t| t <= next_sample) {
             let (t, edge) = todo.next().expect("peeked");
@@ -625,9 +747,13 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
                     nl_client.set_link(c_idx[i], false)?;
                     let after = nl_client.root_qdiscs(&[c_idx[i]])?[0];
                     // The kernel removes the client's routes through a down interface
-                    // itself; the server's must be withdrawn.
-                    let (_, r_server) = routes(&links[i], c_idx[i], s_idx[i]);
-                    nl_server.route_del(&r_server)?;
+                    // itself. Mode early withdraws the server's too (its optimistic
+                    // baseline); late and mptcp leave the server alone: it learns of
+                    // the cut through its protocol.
+                    if mode == LabMode::Early {
+                        let (_, r_server) = routes(&links[i], c_idx[i], s_idx[i]);
+                        nl_server.route_del(&r_server)?;
+                    }
                     let (backlog, meanwhile) = match (before, after) {
                         (Some(b), Some(a)) => (b.qlen, a.packets.saturating_sub(b.packets)),
                         (Some(b), None) => (b.qlen, 0),
@@ -655,9 +781,17 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
                     let l = &links[i];
                     nl_client.set_link(c_idx[i], true)?;
                     nl_client.neigh_replace(c_idx[i], l.server, l.server_mac)?;
-                    let (r_client, r_server) = routes(l, c_idx[i], s_idx[i]);
-                    nl_client.route_replace(&r_client)?;
-                    nl_server.route_replace(&r_server)?;
+                    match mode {
+                        LabMode::Early => {
+                            let (r_client, r_server) = routes(l, c_idx[i], s_idx[i]);
+                            nl_client.route_replace(&r_client)?;
+                            nl_server.route_replace(&r_server)?;
+                        }
+                        LabMode::Late => {}
+                        LabMode::Mptcp => {
+                            topo.ip_batch(Role::Client, &mptcp::client_routes(l))?;
+                        }
+                    }
                     writeln!(
                         log,
                         "{:.3} link {i} up ({late_us:.0} us late)",
@@ -686,6 +820,7 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
             break;
         }
     }
+    drop(rt_guard);
     if !shaped_idx.is_empty() {
         notes.push(format!(
             "max_queue_below_binding: the client's qdisc backlog sampled every {:.1} ms \
@@ -701,6 +836,37 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
         if h.wait_until(deadline)?.is_none() {
             notes.push(format!("{} did not exit in time: terminated", h.name));
             h.terminate(Duration::from_millis(500))?;
+        }
+    }
+    // Mode late: the daemons' counters, read just before they stop.
+    let mut daemon_status: Option<(Status, Status)> = None;
+    if let Some(d) = daemons.as_mut() {
+        let c = late::status(&d.client_sock);
+        let s = late::status(&d.server_sock);
+        match (c, s) {
+            (Ok(c), Ok(s)) => {
+                std::fs::write(
+                    dir.join("client-status.json"),
+                    serde_json::to_string_pretty(&c)? + "\n",
+                )?;
+                std::fs::write(
+                    dir.join("server-status.json"),
+                    serde_json::to_string_pretty(&s)? + "\n",
+                )?;
+                daemon_status = Some((c, s));
+            }
+            (c, s) => notes.push(format!(
+                "the daemons' status could not be read (client: {}, server: {}): engine \
+                 counters missing",
+                c.err().map_or("ok".into(), |e| format!("{e:#}")),
+                s.err().map_or("ok".into(), |e| format!("{e:#}"))
+            )),
+        }
+        for h in [&mut d.client, &mut d.server] {
+            let st = h.terminate(Duration::from_secs(2))?;
+            if !st.success() {
+                notes.push(format!("{} exited with {st} when stopped", h.name));
+            }
         }
     }
     if emulator.wait_until(deadline + 1_000_000_000)?.is_none() {
@@ -729,6 +895,23 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
             Some(_) => {}
         }
     }
+    if mode == LabMode::Mptcp {
+        notes.push(
+            "mptcp: a TCP flow's sent/lost are sums over the subflows alive at the end \
+             (TCP_INFO of each); data the MPTCP layer re-sent on another subflow counts as \
+             sent there, not as lost"
+                .into(),
+        );
+    }
+    if mode == LabMode::Late {
+        notes.push(format!(
+            "late: applications on the tunnel addresses {} (client) and {} (server); \
+             the daemons started {:.1} s before time 0",
+            late::CLIENT_TUN,
+            late::SERVER_TUN,
+            warmup.as_secs_f64() + opts.lead.as_secs_f64()
+        ));
+    }
     if opts.rt_priority.is_some() && !emu_stats.realtime {
         notes.push("the emulator could not switch to SCHED_FIFO".into());
     }
@@ -748,8 +931,13 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
     drop(emulator);
     drop(senders);
     drop(receivers);
+    drop(daemons);
     topo.teardown()?;
 
+    let client_session = daemon_status.as_ref().and_then(|(c, _)| c.sessions.first());
+    let server_session = daemon_status
+        .as_ref()
+        .and_then(|(_, s)| s.sessions.iter().find(|x| x.peer == "client"));
     let flows_report: Vec<_> = recv_sums
         .iter()
         .zip(&send_sums)
@@ -774,6 +962,18 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
                     e.up.max_backlog,
                 )
             };
+            // Mode late: bound datagrams the client still held for the interface when
+            // it went down are lost with it, below the binding point.
+            let held_lost = client_session
+                .and_then(|s| s.links.iter().find(|l| usize::from(l.id) == i))
+                .map_or(0, |l| l.dropped_below_binding);
+            let reinjected = [client_session, server_session]
+                .iter()
+                .flatten()
+                .filter_map(|s| s.links.iter().find(|l| usize::from(l.id) == i))
+                .map(|l| l.reinjected)
+                .sum();
+            let lost_up = lost_up + held_lost;
             LinkReport {
                 name: spec.links[i].name.clone(),
                 packets_sent: up_accepted + e.down.enqueued,
@@ -783,23 +983,30 @@ fn run_early(scenario: &Scenario, exe: &Path, opts: &LabOptions, dir: &Path) -> 
                 dropped_queue_full: up_fifo_full + e.down.dropped_queue_full,
                 dropped_outage: e.up.dropped_outage + e.down.dropped_outage,
                 max_queue_below_binding: max_below,
-                reinjected_from: 0,
+                reinjected_from: reinjected,
             }
         })
         .collect();
+    let engine = daemon_status
+        .as_ref()
+        .map(|_| late::engine_report(client_session, server_session));
     let report = Report {
         scenario: spec.scenario.name.clone(),
-        mode: LabMode::Early.name().into(),
+        mode: mode.name().into(),
         seed,
         label: None,
         totals: Totals {
             lost: flows_report.iter().map(|f| f.lost).sum(),
-            reinjected: 0,
+            reinjected: [client_session, server_session]
+                .iter()
+                .flatten()
+                .map(|s| s.engine.reinjected)
+                .sum(),
             spurious_reinjections: 0,
         },
         flows: flows_report,
         links: links_report,
-        engine: None,
+        engine,
         simulator: SimReport {
             steps: 0,
             stalls: 0,
@@ -880,19 +1087,20 @@ mod tests {
     }
 
     #[test]
-    fn modes_parse_and_late_is_refused() {
+    fn modes_parse_and_mptcp_refuses_udp_flows() {
         assert_eq!("early".parse::<LabMode>(), Ok(LabMode::Early));
+        assert_eq!("late".parse::<LabMode>(), Ok(LabMode::Late));
         assert_eq!("mptcp".parse::<LabMode>(), Ok(LabMode::Mptcp));
         assert!("fast".parse::<LabMode>().is_err());
         let scenario = Scenario::from_str(
-            "[scenario]\nname='t'\nduration_s=1.0\n[[links]]\nname='a'\nrate_mbps=1.0\n",
+            "[scenario]\nname='t'\nduration_s=1.0\n[[links]]\nname='a'\nrate_mbps=1.0\n\
+             [[flows]]\nname='voice'\nkind='udp-cbr'\nrate_mbps=0.1\n",
             Path::new("t.toml"),
         )
         .unwrap();
-        for mode in [LabMode::Late, LabMode::Mptcp] {
-            let e = run(&scenario, mode, Path::new("/nonexistent")).unwrap_err();
-            assert!(e.to_string().contains("not built yet"), "{e}");
-        }
+        // Refused before anything needs root.
+        let e = run(&scenario, LabMode::Mptcp, Path::new("/nonexistent")).unwrap_err();
+        assert!(e.to_string().contains("voice"), "{e}");
     }
 
     #[test]

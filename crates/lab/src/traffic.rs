@@ -195,6 +195,10 @@ pub struct FlowArgs {
     /// machine do not stretch a burst, delay a scheduled send or a TCP read.
     #[arg(long)]
     pub rt_priority: Option<i32>,
+    /// TCP: multipath TCP (sockets of protocol `IPPROTO_MPTCP`, 262); the summary's TCP
+    /// counters are the sums over the connection's subflows.
+    #[arg(long)]
+    pub mptcp: bool,
 }
 
 /// `traffic send`.
@@ -206,9 +210,13 @@ pub struct SendArgs {
     /// Local address and port to send from (e.g. the application address).
     #[arg(long)]
     pub bind: Option<SocketAddrV4>,
-    /// Destination address and port.
-    #[arg(long)]
-    pub to: SocketAddrV4,
+    /// Destination address and port (not with `--listen`).
+    #[arg(long, required_unless_present = "listen")]
+    pub to: Option<SocketAddrV4>,
+    /// TCP: listen on `--bind` and send on the first connection accepted, instead of
+    /// connecting to `--to` (the receiver connects with `--connect`).
+    #[arg(long, requires = "bind", conflicts_with = "to")]
+    pub listen: bool,
     /// udp-cbr rate, Mbit/s of whole IP packets.
     #[arg(long)]
     pub rate_mbps: Option<f64>,
@@ -241,6 +249,10 @@ pub struct RecvArgs {
     /// TCP: IP MTU of the listener (MSS = this - 40).
     #[arg(long)]
     pub packet_bytes: Option<usize>,
+    /// TCP: connect from `--bind` to this sender (started with `--listen`) at the
+    /// flow's start, instead of listening.
+    #[arg(long)]
+    pub connect: Option<SocketAddrV4>,
 }
 
 /// `<exe> traffic ...`.
@@ -267,8 +279,11 @@ pub struct TcpSendInfo {
     pub dsack_dups: u64,
     /// Bytes acknowledged (`tcpi_bytes_acked`).
     pub bytes_acked: u64,
-    /// Smoothed RTT at the end, ms.
+    /// Smoothed RTT at the end, ms (MPTCP: of the first subflow).
     pub srtt_ms: f64,
+    /// MPTCP: subflows at the end (the counters above are their sums); 0 for TCP.
+    #[serde(default)]
+    pub subflows: u32,
 }
 
 /// The sender's summary.
@@ -531,7 +546,8 @@ fn send_udp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
     set_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, 64 << 20)?;
     // Connected: the route is looked up once, not per datagram (a burst enters the
     // qdisc faster); Linux re-resolves it when the routing table changes.
-    connect(fd, a.to).with_context(|| format!("connect {}", a.to))?;
+    let to = a.to.context("UDP senders need --to")?;
+    connect(fd, to).with_context(|| format!("connect {to}"))?;
     let mut payload = vec![0u8; packet_bytes - UDP_OVERHEAD];
     let mut seq = 0u64;
     let mut late_us = Vec::new();
@@ -707,6 +723,82 @@ fn tcp_info(fd: RawFd) -> Option<libc::tcp_info> {
     Some(info)
 }
 
+/// `IPPROTO_MPTCP`: the protocol of a multipath TCP socket.
+pub const IPPROTO_MPTCP: libc::c_int = 262;
+/// `SOL_MPTCP`.
+const SOL_MPTCP: libc::c_int = 284;
+/// `MPTCP_TCPINFO`: the `tcp_info` of every subflow (linux/mptcp.h).
+const MPTCP_TCPINFO: libc::c_int = 2;
+
+/// The protocol argument of `socket()` for a TCP flow.
+fn tcp_protocol(mptcp: bool) -> libc::c_int {
+    if mptcp { IPPROTO_MPTCP } else { 0 }
+}
+
+/// The `tcp_info` of every current subflow of an MPTCP socket (`MPTCP_TCPINFO`: a
+/// `struct mptcp_subflow_data` header of 16 bytes, then one record per subflow of the
+/// size both sides agree on).
+fn mptcp_subflow_infos(fd: RawFd) -> io::Result<Vec<libc::tcp_info>> {
+    const MAX: usize = 16;
+    const HDR: usize = 16;
+    let elem = size_of::<libc::tcp_info>();
+    let mut buf = vec![0u64; (HDR + elem * MAX).div_ceil(8)];
+    let header: [u32; 4] = [HDR as u32, 0, 0, elem as u32];
+    // SAFETY: the buffer has room for the 16-byte header; both are POD.
+    unsafe {
+        std::ptr::copy_nonoverlapping(header.as_ptr().cast::<u8>(), buf.as_mut_ptr().cast(), HDR)
+    };
+    let mut len = (buf.len() * 8) as libc::socklen_t;
+    // SAFETY: `buf` has `len` writable bytes.
+    sys::cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_MPTCP,
+            MPTCP_TCPINFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    // SAFETY: u64s viewed as bytes.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), buf.len() * 8) };
+    let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let (num, size_user) = (word(4) as usize, word(12) as usize);
+    if size_user == 0 {
+        return Ok(Vec::new());
+    }
+    let copied = (len as usize).saturating_sub(HDR) / size_user;
+    let n = num.min(MAX).min(copied);
+    let take = size_user.min(elem);
+    Ok((0..n)
+        .map(|k| {
+            // SAFETY: tcp_info is POD; `take` bytes of a record fit in it.
+            let mut info: libc::tcp_info = unsafe { mem::zeroed() };
+            let at = HDR + k * size_user;
+            // SAFETY: copies `take` bytes inside both buffers.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes[at..at + take].as_ptr(),
+                    (&mut info as *mut libc::tcp_info).cast::<u8>(),
+                    take,
+                )
+            };
+            info
+        })
+        .collect())
+}
+
+/// The `tcp_info` records of a connection: one, or one per subflow with MPTCP.
+fn tcp_infos(fd: RawFd, mptcp: bool) -> Vec<libc::tcp_info> {
+    if mptcp {
+        match mptcp_subflow_infos(fd) {
+            Ok(v) if !v.is_empty() => return v,
+            // A connection that fell back to TCP, or an old kernel: the socket's own.
+            _ => {}
+        }
+    }
+    tcp_info(fd).into_iter().collect()
+}
+
 fn tcp_cc(fd: RawFd) -> String {
     let mut name = [0u8; 16];
     match sys::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, &mut name) {
@@ -718,17 +810,55 @@ fn tcp_cc(fd: RawFd) -> String {
     }
 }
 
-fn set_mss(fd: RawFd, packet_bytes: Option<usize>) -> Result<()> {
+/// `TCP_MAXSEG` from the IP MTU; an MPTCP socket that refuses it keeps the default
+/// (the tunnel's and the veths' MTUs bound it anyway).
+fn set_mss(fd: RawFd, packet_bytes: Option<usize>, mptcp: bool) -> Result<()> {
     if let Some(p) = packet_bytes {
         let mss = i32::try_from(p.saturating_sub(40).max(88)).unwrap_or(1460);
-        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &mss).context("TCP_MAXSEG")?;
+        match sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &mss) {
+            Err(_) if mptcp => {}
+            r => r.context("TCP_MAXSEG")?,
+        }
+    }
+    Ok(())
+}
+
+/// The sender's socket options: congestion control and a small not-sent low-water mark.
+fn sender_options(fd: RawFd, a: &SendArgs) -> Result<()> {
+    if let Some(cc) = &a.cc {
+        sys::setsockopt_bytes(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
+            .with_context(|| format!("TCP_CONGESTION {cc}"))?;
+    }
+    match sys::setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        &NOTSENT_LOWAT,
+    ) {
+        Err(_) if a.flow.mptcp => {}
+        r => r.context("TCP_NOTSENT_LOWAT")?,
     }
     Ok(())
 }
 
 fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
-    sys::sleep_until(times.start, 0);
-    let sock = connect_tcp(a, times)?;
+    let sock = if a.listen {
+        let bind_to = a.bind.context("--listen needs --bind")?;
+        let listener = listen_tcp(bind_to, a.packet_bytes, a.flow.mptcp)?;
+        let Some(sock) = accept_one(listener.as_raw_fd(), times)? else {
+            bail!("listening on {bind_to}: no connection before the flow's end");
+        };
+        sender_options(sock.as_raw_fd(), a)?;
+        sys::sleep_until(times.start, 0);
+        sock
+    } else {
+        sys::sleep_until(times.start, 0);
+        let to = a.to.context("TCP senders need --to or --listen")?;
+        connect_tcp(a.bind, to, times, a.flow.mptcp, &|fd| {
+            sender_options(fd, a)?;
+            set_mss(fd, a.packet_bytes, a.flow.mptcp)
+        })?
+    };
     let fd = sock.as_raw_fd();
     let mut rec = [0u8; RECORD_BYTES];
     let mut pos = 0usize;
@@ -770,7 +900,7 @@ fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => break,
                 Err(e) => {
                     *s.errors.entry(errno_name(&e)).or_default() += 1;
-                    return finish_tcp(fd, s, sock);
+                    return finish_tcp(fd, s, sock, a.flow.mptcp);
                 }
             }
         }
@@ -786,36 +916,73 @@ fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    finish_tcp(fd, s, sock)
+    finish_tcp(fd, s, sock, a.flow.mptcp)
 }
 
-/// A connected, non-blocking TCP socket with the flow's options. Connecting does not
-/// block past `until` (a path may be down at the start); a refused connection (the
-/// receiver not listening yet) is tried again every 10 ms.
-fn connect_tcp(a: &SendArgs, times: Times) -> Result<OwnedFd> {
+/// A listening TCP (or MPTCP) socket on `at` with the MSS of `packet_bytes`.
+fn listen_tcp(at: SocketAddrV4, packet_bytes: Option<usize>, mptcp: bool) -> Result<OwnedFd> {
+    let listener = sys::socket(libc::AF_INET, libc::SOCK_STREAM, tcp_protocol(mptcp))
+        .context(if mptcp { "MPTCP socket" } else { "TCP socket" })?;
+    let lfd = listener.as_raw_fd();
+    bind(lfd, at)?;
+    set_mss(lfd, packet_bytes, mptcp)?;
+    // SAFETY: plain syscall.
+    sys::cvt(unsafe { libc::listen(lfd, 4) }).context("listen")?;
+    Ok(listener)
+}
+
+/// Accepts one connection (non-blocking) before `times.until`.
+fn accept_one(lfd: RawFd, times: Times) -> Result<Option<OwnedFd>> {
+    while sys::mono_ns() < times.until && !sys::stop_requested() {
+        if sys::poll_in(lfd, sys::ms_until(times.until).min(100))? {
+            // SAFETY: accept without peer address.
+            let fd = unsafe {
+                libc::accept4(
+                    lfd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: accept4 returned a fresh fd we own.
+                return Ok(Some(unsafe {
+                    <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A connected, non-blocking TCP (or MPTCP) socket, `setup` applied before connecting.
+/// Connecting does not block past `until` (a path may be down at the start); a refused
+/// connection (the peer not listening yet) is tried again every 10 ms.
+fn connect_tcp(
+    from: Option<SocketAddrV4>,
+    to: SocketAddrV4,
+    times: Times,
+    mptcp: bool,
+    setup: &dyn Fn(RawFd) -> Result<()>,
+) -> Result<OwnedFd> {
     loop {
-        let sock = sys::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0)?;
+        let sock = sys::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK,
+            tcp_protocol(mptcp),
+        )
+        .context(if mptcp { "MPTCP socket" } else { "TCP socket" })?;
         let fd = sock.as_raw_fd();
-        if let Some(b) = a.bind {
+        if let Some(b) = from {
             bind(fd, b)?;
         }
-        if let Some(cc) = &a.cc {
-            sys::setsockopt_bytes(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
-                .with_context(|| format!("TCP_CONGESTION {cc}"))?;
-        }
-        set_mss(fd, a.packet_bytes)?;
-        sys::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            &NOTSENT_LOWAT,
-        )?;
-        let err = match connect(fd, a.to) {
+        setup(fd)?;
+        let err = match connect(fd, to) {
             Ok(()) => 0,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
                 while !sys::poll_out(fd, sys::ms_until(times.until).min(100))? {
                     if sys::mono_ns() >= times.until || sys::stop_requested() {
-                        bail!("connect {}: no answer before the flow's end", a.to);
+                        bail!("connect {to}: no answer before the flow's end");
                     }
                 }
                 let mut err: libc::c_int = 0;
@@ -829,21 +996,24 @@ fn connect_tcp(a: &SendArgs, times: Times) -> Result<OwnedFd> {
             libc::ECONNREFUSED if sys::mono_ns() < times.until && !sys::stop_requested() => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            e => bail!("connect {}: {}", a.to, io::Error::from_raw_os_error(e)),
+            e => bail!("connect {to}: {}", io::Error::from_raw_os_error(e)),
         }
     }
 }
 
-fn finish_tcp(fd: RawFd, s: &mut SendSummary, sock: OwnedFd) -> Result<()> {
-    if let Some(i) = tcp_info(fd) {
+fn finish_tcp(fd: RawFd, s: &mut SendSummary, sock: OwnedFd, mptcp: bool) -> Result<()> {
+    let infos = tcp_infos(fd, mptcp);
+    if let Some(first) = infos.first() {
+        let sum = |f: &dyn Fn(&libc::tcp_info) -> u64| infos.iter().map(f).sum::<u64>();
         s.tcp = Some(TcpSendInfo {
             cc: tcp_cc(fd),
-            data_segs_out: u64::from(i.tcpi_data_segs_out),
-            total_retrans: u64::from(i.tcpi_total_retrans),
-            bytes_retrans: i.tcpi_bytes_retrans,
-            dsack_dups: u64::from(i.tcpi_dsack_dups),
-            bytes_acked: i.tcpi_bytes_acked,
-            srtt_ms: f64::from(i.tcpi_rtt) / 1e3,
+            data_segs_out: sum(&|i| u64::from(i.tcpi_data_segs_out)),
+            total_retrans: sum(&|i| u64::from(i.tcpi_total_retrans)),
+            bytes_retrans: sum(&|i| i.tcpi_bytes_retrans),
+            dsack_dups: sum(&|i| u64::from(i.tcpi_dsack_dups)),
+            bytes_acked: sum(&|i| i.tcpi_bytes_acked),
+            srtt_ms: f64::from(first.tcpi_rtt) / 1e3,
+            subflows: if mptcp { infos.len() as u32 } else { 0 },
         });
     }
     drop(sock);
@@ -1030,36 +1200,25 @@ fn recv_with_ts(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, u64)>> {
 }
 
 fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
-    let listener = sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
-    let lfd = listener.as_raw_fd();
-    bind(lfd, a.bind)?;
-    set_mss(lfd, a.packet_bytes)?;
-    // SAFETY: plain syscall.
-    sys::cvt(unsafe { libc::listen(lfd, 4) }).context("listen")?;
+    let mptcp = a.flow.mptcp;
     let mut summary = RecvSummary {
         name: a.flow.name.clone(),
         kind: a.flow.kind.as_str().into(),
         latency_clock: "user".into(),
         ..RecvSummary::default()
     };
-    let mut conn = None;
-    while conn.is_none() && sys::mono_ns() < times.until && !sys::stop_requested() {
-        if sys::poll_in(lfd, sys::ms_until(times.until).min(100))? {
-            // SAFETY: accept without peer address.
-            let fd = unsafe {
-                libc::accept4(
-                    lfd,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                )
-            };
-            if fd >= 0 {
-                // SAFETY: accept4 returned a fresh fd we own.
-                conn = Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
-            }
+    let conn = match a.connect {
+        Some(to) => {
+            sys::sleep_until(times.start, 0);
+            Some(connect_tcp(Some(a.bind), to, times, mptcp, &|fd| {
+                set_mss(fd, a.packet_bytes, mptcp)
+            })?)
         }
-    }
+        None => {
+            let listener = listen_tcp(a.bind, a.packet_bytes, mptcp)?;
+            accept_one(listener.as_raw_fd(), times)?
+        }
+    };
     let Some(conn) = conn else {
         return Ok(summary);
     };
@@ -1106,7 +1265,10 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
     if let Some(from) = last.or(Some(times.start)) {
         max_gap = max_gap.max(active_end.saturating_sub(from));
     }
-    let segs_in = tcp_info(fd).map_or(0, |i| u64::from(i.tcpi_data_segs_in));
+    let segs_in = tcp_infos(fd, mptcp)
+        .iter()
+        .map(|i| u64::from(i.tcpi_data_segs_in))
+        .sum();
     summary.sent = segs_in;
     summary.delivered = segs_in;
     summary.latency_ms = Percentiles::of(&latencies_ms);
@@ -1201,9 +1363,11 @@ mod tests {
                 until_s: None,
                 out: None,
                 rt_priority: None,
+                mptcp: false,
             },
             bind: "127.0.0.1:1".parse().unwrap(),
             packet_bytes: None,
+            connect: None,
         };
         let r = s.summary(&args, &t, true, "kernel");
         assert_eq!((r.sent, r.delivered, r.lost, r.duplicates), (4, 3, 1, 1));

@@ -352,11 +352,14 @@ impl Endpoint {
             self.stats.tun_too_large += 1;
             return Err(TunError::TooLarge(packet.len()));
         }
-        let info = match classify(packet) {
+        // Borrowed, not moved out: a copy right after `classify` wrote it would have to wait
+        // for its many narrow stores to complete.
+        let classified = classify(packet);
+        let info = match &classified {
             Ok(info) => info,
             Err(e) => {
                 self.stats.tun_invalid += 1;
-                return Err(e.into());
+                return Err((*e).into());
             }
         };
         let mut buf = self.pool.pop().unwrap_or_default();
@@ -364,7 +367,7 @@ impl Endpoint {
         buf.extend_from_slice(packet);
         self.stats.tun_packets += 1;
         self.stats.tun_bytes += packet.len() as u64;
-        self.queues.enqueue(now, &info, buf);
+        self.queues.enqueue(now, info, buf);
         Ok(())
     }
 
@@ -840,6 +843,7 @@ impl Endpoint {
         self.stats.loss_reports_sent += 1;
     }
 
+    #[inline(always)]
     fn finish(
         &mut self,
         now: Instant,

@@ -478,6 +478,7 @@ impl Link {
     }
 
     /// Records a datagram handed to the driver.
+    #[inline]
     pub(crate) fn on_sent(
         &mut self,
         now: Instant,
@@ -627,8 +628,10 @@ impl Link {
         {
             self.rtt.update(sample, ack_delay);
         }
-        self.detect_lost(now, &mut out.lost);
+        // Forget the acknowledged prefix first so that loss detection does not walk it
+        // (it trims what it declares lost itself).
         self.trim_sent();
+        self.detect_lost(now, &mut out.lost);
         out
     }
 

@@ -97,26 +97,26 @@ impl BindPolicy for MinRtt {
     fn bind(&mut self, now: Instant, packet: &PacketMeta, links: &[LinkView]) -> Binding {
         // The minimum over `usable(links)` of (expected delivery, id), in one pass: the
         // best primary link that is up and, as long as there is none, the best backup.
-        let mut primary: Option<(u64, LinkId, usize)> = None;
-        let mut backup: Option<(u64, LinkId, usize)> = None;
-        for (i, l) in links.iter().enumerate() {
+        let mut primary: Option<(u64, LinkId, &LinkView)> = None;
+        let mut backup: Option<(u64, LinkId, &LinkView)> = None;
+        for l in links {
             if l.state != LinkState::Up {
                 continue;
             }
             if !l.backup {
                 let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
                 if primary.is_none_or(|(k, id, _)| key < (k, id)) {
-                    primary = Some((key.0, key.1, i));
+                    primary = Some((key.0, key.1, l));
                 }
             } else if primary.is_none() {
                 let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
                 if backup.is_none_or(|(k, id, _)| key < (k, id)) {
-                    backup = Some((key.0, key.1, i));
+                    backup = Some((key.0, key.1, l));
                 }
             }
         }
         match primary.or(backup) {
-            Some((_, id, i)) if links[i].has_room(now) => Binding::Link(id),
+            Some((_, id, l)) if l.has_room(now) => Binding::Link(id),
             _ => Binding::Wait,
         }
     }
