@@ -6,8 +6,9 @@
 //! early-binding path: push, pop, prepend a header), so the cost of late binding shows as
 //! the difference.
 //!
-//! A second group runs the same send path with a single flow: the difference to 1,000 flows
-//! is what per-flow state costs once it no longer stays in cache.
+//! A second group runs the same send path with a single flow (one packet, sent over and
+//! over): the difference to 1,000 flows is what per-flow state and 1,000 different packets
+//! cost once they no longer stay in cache.
 //!
 //! Run: `cargo bench -p latebind-proto --bench engine`
 

@@ -706,7 +706,13 @@ impl Endpoint {
                 }
                 eliciting = true;
             } else if ping_due {
+                // A probe of a link that cannot carry it is not sent elsewhere.
                 self.links[i].ping_due = None;
+            }
+            if buf.len() == wire::HEADER_LEN {
+                // Nothing was owed after all: a datagram carries at least one frame (2.3).
+                buf.clear();
+                continue;
             }
             return Some(self.finish(now, via, buf, eliciting, None));
         }
@@ -843,6 +849,10 @@ impl Endpoint {
         self.stats.loss_reports_sent += 1;
     }
 
+    /// Records a datagram written into `buf` as sent on link `li`.
+    // Inlined, as `Link::on_sent` is into it, so that the `SentData` that `poll_data` has
+    // just assembled goes into the link's record without a round trip through memory
+    // (reading it back at once with wide loads would wait for its narrow stores).
     #[inline(always)]
     fn finish(
         &mut self,
@@ -913,7 +923,7 @@ impl Endpoint {
             }
             if !self.queues.is_empty() && l.state == LinkState::Up && l.config.pacing_rate.is_some()
             {
-                consider(Some(l.pacer.ready_at(1500)));
+                consider(l.pacer.blocked_until(1500));
             }
         }
         next

@@ -267,13 +267,15 @@ impl Pacer {
         now + Duration::from_secs_f64((size as f64 - tokens) / rate)
     }
 
-    /// When a packet of `size` bytes may leave, from the bucket's last update.
-    pub(crate) fn ready_at(&self, size: usize) -> Instant {
+    /// When the pacer stops holding back a packet of `size` bytes, if it holds one back
+    /// now; `None` when it would let the packet go (then no pacing timer is needed: what
+    /// holds the packet, if anything, is something else, such as a full budget).
+    pub(crate) fn blocked_until(&self, size: usize) -> Option<Instant> {
         match self.rate {
             Some(rate) if self.tokens < size as f64 => {
-                self.last + Duration::from_secs_f64((size as f64 - self.tokens) / rate)
+                Some(self.last + Duration::from_secs_f64((size as f64 - self.tokens) / rate))
             }
-            _ => self.last,
+            _ => None,
         }
     }
 
@@ -849,6 +851,24 @@ mod tests {
         l.on_tx_done(t(1));
         l.on_tx_done(t(2));
         assert!((l.tx_rate - 1.25e6).abs() < 1.0, "{}", l.tx_rate);
+    }
+
+    #[test]
+    fn pacer_with_tokens_reports_no_deadline() {
+        // A pacer that would let a packet go must not offer a (past) deadline: a driver
+        // would spin on it (found by the engine_tun fuzz target).
+        let c = LinkConfig {
+            pacing_rate: Some(1_000_000.0),
+            ..LinkConfig::default()
+        };
+        let mut l = Link::new(LinkId(0), c, Duration::from_millis(100), Instant::ZERO);
+        assert_eq!(l.pacer.blocked_until(1500), None);
+        l.on_sent(t(0), 1500, true, None);
+        l.on_sent(t(0), 1500, true, None);
+        assert_eq!(
+            l.pacer.blocked_until(1500),
+            Some(t(0) + Duration::from_micros(1500))
+        );
     }
 
     #[test]
