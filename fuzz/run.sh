@@ -26,7 +26,7 @@ for t in "${targets[@]}"; do
   echo "=== $t: ${seconds}s ==="
   # shellcheck disable=SC2086
   if ! cargo +nightly fuzz run "$t" "corpus/$t" -- \
-      -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 ${FUZZ_FLAGS:-}; then
+      -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 ${FUZZ_FLAGS:-}; then
     echo "=== $t: FAILED (see artifacts/$t/) ==="
     status=1
   fi

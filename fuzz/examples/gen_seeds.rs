@@ -125,7 +125,11 @@ fn exchange() -> Exchange {
     let mut now = START;
     while now < START + Duration::from_millis(400) {
         wire_q.sort_by_key(|(t, _, _)| *t);
-        let due: Vec<_> = wire_q.iter().filter(|(t, _, _)| *t <= now).cloned().collect();
+        let due: Vec<_> = wire_q
+            .iter()
+            .filter(|(t, _, _)| *t <= now)
+            .cloned()
+            .collect();
         wire_q.retain(|(t, _, _)| *t > now);
         for (_, to_server, d) in due {
             let rec = Received {
@@ -157,7 +161,10 @@ fn exchange() -> Exchange {
         }
         now += Duration::from_millis(1);
     }
-    assert!(server.stats().reorder.delivered > 0, "the exchange delivered nothing");
+    assert!(
+        server.stats().reorder.delivered > 0,
+        "the exchange delivered nothing"
+    );
     ex
 }
 
@@ -262,9 +269,13 @@ fn wire_seeds(root: &Path, ex: &Exchange) {
         .collect();
     s.put(
         "ack-255-ranges",
-        &datagram(|d| {
-            wire::emit_ack(d, 0, 0, &many);
-        }, 0, 1),
+        &datagram(
+            |d| {
+                wire::emit_ack(d, 0, 0, &many);
+            },
+            0,
+            1,
+        ),
     );
     s.put(
         "ack-huge-numbers",
@@ -372,8 +383,16 @@ fn engine_datagram_seeds(root: &Path, ex: &Exchange) {
     w.u8(Knobs::SERVER);
     w.u8(op::FRAMED).u8(0x00).u8(1).u8(0); // link 0, next pn; PING
     w.u8(op::FRAMED).u8(0x00).u8(2); // link 0, two frames:
-    w.u8(3).u8(0).u8(0).u8(0).short(b"E\x00first packet of flow 0"); // DATA flow 0
-    w.u8(3).u8(1).u8(0).u8(0).short(b"E\x00first packet of flow 1"); // DATA flow 1
+    w.u8(3)
+        .u8(0)
+        .u8(0)
+        .u8(0)
+        .short(b"E\x00first packet of flow 0"); // DATA flow 0
+    w.u8(3)
+        .u8(1)
+        .u8(0)
+        .u8(0)
+        .short(b"E\x00first packet of flow 1"); // DATA flow 1
     w.u8(op::FRAMED).u8(0x01).u8(1); // link 1
     w.u8(3).u8(0).u8(1).u8(1).short(b"E\x00after a gap"); // DATA, gseq and fseq skip one
     w.u8(op::ADVANCE).u8(1).u8(5);
@@ -399,7 +418,16 @@ fn engine_datagram_seeds(root: &Path, ex: &Exchange) {
     w.u8(1).u8(0x00).u8(0).u16(50).u8(1).u8(0); // ACK link 0
     w.u8(1).u8(0x01).u8(0).u16(50).u8(0).u8(0); // ACK link 1
     w.u8(op::LINK_CHANGE).u8(0x01); // link 1 down
-    w.u8(op::TUN).u8(1).u8(0).u8(0).u8(0).u8(1).u8(2).u8(1).u8(1).short(b"udp");
+    w.u8(op::TUN)
+        .u8(1)
+        .u8(0)
+        .u8(0)
+        .u8(0)
+        .u8(1)
+        .u8(2)
+        .u8(1)
+        .u8(1)
+        .short(b"udp");
     w.u8(op::ADVANCE).u8(1).u8(200);
     w.u8(op::LINK_CHANGE).u8(0x81); // link 1 up
     w.u8(op::TIMERS).u8(15);
@@ -441,9 +469,28 @@ fn engine_tun_seeds(root: &Path) {
     }
     let mut w = Writer::default();
     w.u8(0x10);
-    w.u8(2).u8(1).u8(0xb8).u8(0).u8(0).u8(1).u8(1).u8(1).u8(1).short(b"ef");
+    w.u8(2)
+        .u8(1)
+        .u8(0xb8)
+        .u8(0)
+        .u8(0)
+        .u8(1)
+        .u8(1)
+        .u8(1)
+        .u8(1)
+        .short(b"ef");
     // IPv6, ECT(0), one fragment header (offset 1: not the first fragment), UDP.
-    w.u8(2).u8(2).u8(0x02).u8(1).u8(1).u8(1).u8(3).u16(8).u8(0).u8(0).u8(0);
+    w.u8(2)
+        .u8(2)
+        .u8(0x02)
+        .u8(1)
+        .u8(1)
+        .u8(1)
+        .u8(3)
+        .u16(8)
+        .u8(0)
+        .u8(0)
+        .u8(0);
     w.short(b"v6");
     w.u8(2).u8(3).u16(40); // 65 540 bytes: too large
     w.u8(2).u8(3).u16(0); // 65 500 bytes: fits
@@ -470,7 +517,10 @@ fn crypto_seeds(root: &Path) {
     let (_, _, stranger_initiation, _) = crypto::handshake(&mut responder, &stranger, 0, T0, 10);
     let with_mode = |mode: u8, d: &[u8]| [&[mode][..], d].concat();
     s.put("replayed-initiation", &with_mode(0, &old_initiation));
-    s.put("unknown-key-initiation", &with_mode(0, &stranger_initiation));
+    s.put(
+        "unknown-key-initiation",
+        &with_mode(0, &stranger_initiation),
+    );
     s.put("other-response", &with_mode(0, &other_response));
     let mut sealed = crypto::plain(CRYPTO_SESSION, LINK, 5, b"\x01\x00 frames");
     c.seal(&mut sealed).unwrap();
@@ -486,7 +536,10 @@ fn crypto_seeds(root: &Path) {
     // Modes 2 and 3 read `arbitrary` structures: any bytes do.
     s.put("tamper", &with_mode(2, &(0u8..64).collect::<Vec<_>>()));
     s.put("tamper-unchanged", &with_mode(2, &[0u8; 24]));
-    s.put("handshake-tamper", &with_mode(3, &(0u8..48).rev().collect::<Vec<_>>()));
+    s.put(
+        "handshake-tamper",
+        &with_mode(3, &(0u8..48).rev().collect::<Vec<_>>()),
+    );
     s.put("handshake-unchanged", &with_mode(3, &[5u8, 0, 0, 3]));
 }
 
@@ -497,7 +550,12 @@ fn main() {
     engine_datagram_seeds(&root, &ex);
     engine_tun_seeds(&root);
     crypto_seeds(&root);
-    for target in ["wire_parse", "engine_datagrams", "engine_tun", "crypto_open"] {
+    for target in [
+        "wire_parse",
+        "engine_datagrams",
+        "engine_tun",
+        "crypto_open",
+    ] {
         let n = fs::read_dir(root.join(target)).unwrap().count();
         println!("seeds/{target}: {n} files");
     }

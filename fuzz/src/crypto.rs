@@ -248,19 +248,31 @@ fn refuse_all(input: &[u8]) {
     for t in [&f.client, &f.server] {
         let mut out = vec![0xee; 4];
         let res = t.open(input, &mut out);
-        assert!(res.is_err(), "Transport::open accepted a forgery: {input:02x?}");
+        assert!(
+            res.is_err(),
+            "Transport::open accepted a forgery: {input:02x?}"
+        );
         assert!(out.is_empty(), "Transport::open left unauthenticated bytes");
     }
     for ring in [&mut f.client_ring, &mut f.server_ring] {
         let mut out = vec![0xee; 4];
         let res = ring.open(input, &mut out);
-        assert!(res.is_err(), "KeyRing::open accepted a forgery: {input:02x?}");
+        assert!(
+            res.is_err(),
+            "KeyRing::open accepted a forgery: {input:02x?}"
+        );
         assert!(out.is_empty(), "KeyRing::open left unauthenticated bytes");
     }
     let res = f.responder.handle_initiation(input, [7; 32]);
-    assert!(res.is_err(), "handle_initiation accepted a forgery: {input:02x?}");
+    assert!(
+        res.is_err(),
+        "handle_initiation accepted a forgery: {input:02x?}"
+    );
     let res = f.initiator.handle_response(input);
-    assert!(res.is_err(), "handle_response accepted a forgery: {input:02x?}");
+    assert!(
+        res.is_err(),
+        "handle_response accepted a forgery: {input:02x?}"
+    );
 }
 
 fn tamper(t: &Tamper) {
@@ -280,7 +292,11 @@ fn tamper(t: &Tamper) {
     res.expect("sealing a data datagram of the session");
     assert_eq!(sealed.len(), plaintext.len() + 16);
     assert_eq!(sealed[1], (plaintext[1] & !1) | phase, "key-phase bit");
-    assert_eq!(sealed[2..HEADER_LEN], plaintext[2..HEADER_LEN], "header changed");
+    assert_eq!(
+        sealed[2..HEADER_LEN],
+        plaintext[2..HEADER_LEN],
+        "header changed"
+    );
 
     let mut wire = sealed.clone();
     apply(&mut wire, &t.edits);
@@ -323,7 +339,10 @@ fn handshake_tamper(t: &HandshakeTamper) {
     let responder_seed = [t.seed ^ 0xa5; 32];
     let accepted = match responder.handle_initiation(&edited, responder_seed) {
         Ok(a) => {
-            assert_eq!(edited, initiation, "a modified initiation was accepted: {t:?}");
+            assert_eq!(
+                edited, initiation,
+                "a modified initiation was accepted: {t:?}"
+            );
             a
         }
         Err(_) => {
@@ -342,11 +361,17 @@ fn handshake_tamper(t: &HandshakeTamper) {
     apply(&mut edited, &t.response);
     let transport = match initiator.handle_response(&edited) {
         Ok(tr) => {
-            assert_eq!(edited, accepted.response, "a modified response was accepted");
+            assert_eq!(
+                edited, accepted.response,
+                "a modified response was accepted"
+            );
             tr
         }
         Err(_) => {
-            assert_ne!(edited, accepted.response, "the genuine response was refused");
+            assert_ne!(
+                edited, accepted.response,
+                "the genuine response was refused"
+            );
             // A refused response must leave the attempt intact.
             initiator
                 .handle_response(&accepted.response)

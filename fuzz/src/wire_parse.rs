@@ -50,7 +50,11 @@ pub fn run(data: &[u8]) {
     header.emit(&mut out);
     assert_eq!(out.len(), wire::HEADER_LEN);
     assert_eq!(out[0], data[0]);
-    assert_eq!(out[2..], data[2..wire::HEADER_LEN], "header fields re-emitted differ");
+    assert_eq!(
+        out[2..],
+        data[2..wire::HEADER_LEN],
+        "header fields re-emitted differ"
+    );
     let mut at = 0;
     for frame in &parsed {
         let start = out.len();
@@ -78,7 +82,11 @@ pub fn run(data: &[u8]) {
         }
     }
     if items.iter().all(Result::is_ok) {
-        assert_eq!(at, body.len(), "frames did not account for the whole datagram");
+        assert_eq!(
+            at,
+            body.len(),
+            "frames did not account for the whole datagram"
+        );
     }
 
     // Parse the re-emitted datagram back.
@@ -122,7 +130,11 @@ fn inspect(frame: &Frame<'_>) {
     match frame {
         Frame::Ack(ack) => {
             let ranges: Vec<_> = ack.ranges().collect();
-            assert_eq!(ranges.len(), ack.ranges().len(), "ExactSizeIterator is wrong");
+            assert_eq!(
+                ranges.len(),
+                ack.ranges().len(),
+                "ExactSizeIterator is wrong"
+            );
             assert!(!ranges.is_empty() && ranges.len() <= wire::MAX_ACK_RANGES);
             assert_eq!(*ranges[0].end(), ack.largest);
             assert_eq!(

@@ -1,8 +1,11 @@
 //! `latebind`: the command-line interface.
 //!
-//! Subcommands: `sim` (a scenario in the deterministic simulator), `client` and `server`
-//! (the daemons), `status` (a running daemon's state), `genkey` / `pubkey` (keys).
-//! `lab`, `probe` and `replay` come with later work.
+//! Subcommands: `sim` (a scenario in the deterministic simulator), `lab` (the same
+//! scenario on real kernels in network namespaces: `latebind_lab`), `traffic` (the lab's
+//! traffic tool), `client` and `server` (the daemons), `status` (a running daemon's
+//! state), `genkey` / `pubkey` (keys); hidden: `emulate` (the lab's link emulator, which
+//! `lab` starts inside its emulator namespace). `probe` and `replay` come with later
+//! work.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +26,18 @@ struct Cli {
 enum Command {
     /// Run a scenario in the deterministic simulator (virtual time).
     Sim(SimArgs),
+    /// Run a scenario on real kernels, in network namespaces (needs root).
+    ///
+    /// A user-space link emulator applies the simulator's link models between the
+    /// client and server namespaces; the stack is the latebind daemons (mode late),
+    /// Linux routing (early) or kernel multipath TCP (mptcp, TCP flows only).
+    Lab(latebind_lab::cli::LabArgs),
+    /// The lab's traffic tool: one end of one flow (UDP probes or TCP records).
+    #[command(subcommand)]
+    Traffic(latebind_lab::traffic::TrafficCmd),
+    /// The lab's link emulator (started by `lab` inside its emulator namespace).
+    #[command(hide = true)]
+    Emulate(latebind_lab::emu::EmulateArgs),
     /// Run the client daemon (the multi-homed host).
     Client {
         /// Configuration file (see examples/client.toml).
@@ -95,6 +110,13 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Sim(args) => sim(args),
+        // The lab starts `<this binary> emulate|traffic|client|server` in its namespaces.
+        Command::Lab(args) => latebind_lab::cli::lab(
+            &args,
+            &std::env::current_exe().context("locating the latebind binary")?,
+        ),
+        Command::Traffic(cmd) => latebind_lab::cli::traffic(&cmd),
+        Command::Emulate(args) => latebind_lab::cli::emulate(&args),
         Command::Client { config, routes } => {
             init_logging();
             let cfg = latebind_daemon::config::ClientConfig::load(&config)?;

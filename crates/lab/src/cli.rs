@@ -10,6 +10,8 @@
 //!     Traffic(latebind_lab::traffic::TrafficCmd),
 //! }
 //! // Command::Lab(a) => latebind_lab::cli::lab(&a, &std::env::current_exe()?),
+//! // (mode late also starts `<exe> client|server --config FILE`: the binary must
+//! //  serve those too, as `latebind` and `lab-dev` do)
 //! // Command::Emulate(a) => latebind_lab::cli::emulate(&a),
 //! // Command::Traffic(t) => latebind_lab::cli::traffic(&t),
 //! ```
@@ -17,10 +19,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use latebind_sim::Scenario;
+use latebind_sim::{Mode, Report, Scenario, compare_table};
 
 use crate::emu::EmulateArgs;
-use crate::run::{LabMode, LabOptions, run_with};
+use crate::run::{CutRecovery, LabMode, LabOptions, run_with};
 use crate::traffic::TrafficCmd;
 
 /// `lab`: run a scenario on real kernels.
@@ -28,8 +30,9 @@ use crate::traffic::TrafficCmd;
 pub struct LabArgs {
     /// The scenario file (TOML, the scenario contract v1).
     pub scenario: PathBuf,
-    /// early (Linux default routing); late and mptcp are not built yet.
-    #[arg(long, default_value = "early")]
+    /// late (the latebind daemons), early (Linux default routing) or mptcp (kernel
+    /// multipath TCP; TCP flows only).
+    #[arg(long, default_value = "late")]
     pub mode: String,
     /// Override the scenario's seed.
     #[arg(long)]
@@ -37,9 +40,17 @@ pub struct LabArgs {
     /// Override a scenario key: --set early.driver_packets=5 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
-    /// Print the JSON report instead of a table.
+    /// Print the JSON report instead of a table (an array with --compare or --sim).
     #[arg(long)]
     pub json: bool,
+    /// Run the scenario's variants (its `variants` tables; default: late and early, plus
+    /// mptcp when every flow is TCP) and print them side by side.
+    #[arg(long)]
+    pub compare: bool,
+    /// Also run the simulator on the same scenario and mode, and print both side by
+    /// side (columns "sim MODE" and "lab MODE").
+    #[arg(long)]
+    pub sim: bool,
     /// Put the run's files (specs, logs, summaries) here and keep them.
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
@@ -54,7 +65,65 @@ pub struct LabArgs {
     pub log_frames: bool,
 }
 
-/// Runs `lab`: prints the report (table or JSON) and the run's notes.
+/// One run of `lab --compare` / `--sim`: a column label, a mode, a scenario.
+struct Column {
+    label: String,
+    mode: LabMode,
+    scenario: Scenario,
+}
+
+/// The simulator's mode of a lab mode (mptcp has none).
+fn sim_mode(mode: LabMode) -> Option<Mode> {
+    match mode {
+        LabMode::Late => Some(Mode::Late),
+        LabMode::Early => Some(Mode::Early),
+        LabMode::Mptcp => None,
+    }
+}
+
+fn columns(args: &LabArgs, scenario: &Scenario) -> Result<Vec<Column>> {
+    let mode: LabMode = args.mode.parse().map_err(anyhow::Error::msg)?;
+    if !args.compare {
+        return Ok(vec![Column {
+            label: mode.name().into(),
+            mode,
+            scenario: scenario.clone(),
+        }]);
+    }
+    if scenario.spec.variants.is_empty() {
+        let mut modes = vec![LabMode::Late, LabMode::Early];
+        if scenario.spec.flows.iter().all(|f| f.kind == "tcp-bulk") {
+            modes.push(LabMode::Mptcp);
+        }
+        return Ok(modes
+            .into_iter()
+            .map(|m| Column {
+                label: m.name().into(),
+                mode: m,
+                scenario: scenario.clone(),
+            })
+            .collect());
+    }
+    scenario
+        .spec
+        .variants
+        .iter()
+        .map(|v| {
+            let mode: LabMode = v.mode.parse().map_err(anyhow::Error::msg)?;
+            let s = scenario
+                .with_variant(v)
+                .with_context(|| format!("variant {:?}", v.label))?;
+            Ok(Column {
+                label: v.label.clone(),
+                mode,
+                scenario: s,
+            })
+        })
+        .collect()
+}
+
+/// Runs `lab`: prints the report (table or JSON) and the run's notes; with `--compare`
+/// or `--sim`, one column per run (`latebind_sim::compare_table`).
 pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
     let mut scenario = Scenario::load(&args.scenario)?;
     let mut sets = args.sets.clone();
@@ -64,7 +133,6 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
     if !sets.is_empty() {
         scenario = scenario.with_overrides(sets.iter().map(String::as_str))?;
     }
-    let mode: LabMode = args.mode.parse().map_err(anyhow::Error::msg)?;
     let opts = LabOptions {
         work_dir: args.work_dir.clone(),
         keep: args.work_dir.is_some(),
@@ -73,31 +141,113 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
         log_frames: args.log_frames,
         ..LabOptions::default()
     };
-    let out = run_with(&scenario, mode, exe, &opts)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&out.report)?);
-    } else {
-        print!("{}", out.report.table());
-        println!(
-            "emulator lateness us: p50 {} p99 {} max {}",
-            out.emulator.lateness_us.p50,
-            out.emulator.lateness_us.p99,
-            out.emulator.lateness_us.max
-        );
-        for e in &out.edges {
-            println!(
-                "link {} {} at {:.3} s ({:.0} us late), qdisc backlog {}",
-                e.link, e.what, e.scheduled_s, e.late_us, e.qdisc_backlog
-            );
+    let cols = columns(args, &scenario)?;
+    // Check every column before the first (long) run.
+    for c in &cols {
+        if c.mode == LabMode::Mptcp {
+            crate::mptcp::check_flows(&c.scenario)
+                .with_context(|| format!("column {:?}", c.label))?;
         }
     }
-    for n in &out.notes {
-        eprintln!("note: {n}");
+    let side_by_side = args.compare || args.sim;
+    let mut reports: Vec<Report> = Vec::new();
+    let mut recoveries: Vec<String> = Vec::new();
+    for (k, c) in cols.iter().enumerate() {
+        if args.sim {
+            match sim_mode(c.mode) {
+                Some(m) => {
+                    let mut r = latebind_sim::run(&c.scenario, m)?;
+                    r.label = Some(format!("sim {}", c.label));
+                    reports.push(r);
+                }
+                None => eprintln!(
+                    "note: {}: the simulator has no mode {}: lab column only",
+                    c.label,
+                    c.mode.name()
+                ),
+            }
+        }
+        let mut o = opts.clone();
+        if let (Some(w), true) = (&args.work_dir, cols.len() > 1) {
+            o.work_dir = Some(w.join(format!("{k}-{}", c.mode.name())));
+        }
+        if side_by_side {
+            eprintln!(
+                "running {} in the lab (mode {}) ...",
+                c.label,
+                c.mode.name()
+            );
+        }
+        let out = run_with(&c.scenario, c.mode, exe, &o)?;
+        let mut report = out.report.clone();
+        if side_by_side {
+            report.label = Some(if args.sim {
+                format!("lab {}", c.label)
+            } else {
+                c.label.clone()
+            });
+        }
+        if !side_by_side && !args.json {
+            print!("{}", report.table());
+            println!(
+                "emulator lateness us: p50 {} p99 {} max {}",
+                out.emulator.lateness_us.p50,
+                out.emulator.lateness_us.p99,
+                out.emulator.lateness_us.max
+            );
+            for e in &out.edges {
+                println!(
+                    "link {} {} at {:.3} s ({:.0} us late), qdisc backlog {}",
+                    e.link, e.what, e.scheduled_s, e.late_us, e.qdisc_backlog
+                );
+            }
+        }
+        for r in &out.recoveries {
+            let line = recovery_line(r);
+            if side_by_side {
+                recoveries.push(format!("[{}] {line}", c.label));
+            } else if !args.json {
+                println!("{line}");
+            }
+        }
+        for n in &out.notes {
+            if side_by_side {
+                eprintln!("note [{}]: {n}", c.label);
+            } else {
+                eprintln!("note: {n}");
+            }
+        }
+        if args.work_dir.is_some() {
+            eprintln!("run files: {}", out.run_dir.display());
+        }
+        reports.push(report);
     }
-    if args.work_dir.is_some() {
-        eprintln!("run files: {}", out.run_dir.display());
+    if args.json {
+        let text = if side_by_side {
+            serde_json::to_string_pretty(&reports)?
+        } else {
+            serde_json::to_string_pretty(&reports[0])?
+        };
+        println!("{text}");
+    } else if side_by_side {
+        print!("{}", compare_table(&reports));
+        for r in &recoveries {
+            println!("{r}");
+        }
     }
     Ok(())
+}
+
+/// `bulk after wifi1 went out at 6.000 s: longest stall 1330 ms, data again at +1410 ms`.
+fn recovery_line(r: &CutRecovery) -> String {
+    let again = r.resumed_ms.map_or_else(
+        || "never again".to_owned(),
+        |m| format!("again at +{m:.0} ms"),
+    );
+    format!(
+        "{} after {} went out at {:.3} s: longest stall {:.0} ms, data {again}",
+        r.flow, r.link, r.cut_s, r.stall_ms
+    )
 }
 
 /// Runs `emulate` (hidden: started by the runner inside the emu namespace).

@@ -21,8 +21,10 @@
 //!
 //! One thread owns everything; nothing is shared. Time is `CLOCK_MONOTONIC - base_ns`,
 //! the scenario clock the runner also uses, so outages line up with the runner's
-//! interface changes. At exit (`until_ns`, SIGINT or SIGTERM) it writes the
-//! [`EmuStats`] JSON.
+//! interface changes. With `warmup_ns` the models start that long before time 0 (their
+//! outages and traces still count from time 0), so frames sent before it (the daemons'
+//! handshake in mode late) cross the links with their delays. At exit (`until_ns`,
+//! SIGINT or SIGTERM) it writes the [`EmuStats`] JSON.
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -682,6 +684,12 @@ fn write_header(log: &mut Log, spec: &EmuSpec, cmdline: &str) {
         sys::mono_ns(),
         spec.spin_us
     ));
+    if spec.warmup_ns > 0 {
+        log.line(format_args!(
+            "# the models start {:.3} s before time 0 (warmup); times below are scenario time",
+            spec.warmup_ns as f64 / 1e9
+        ));
+    }
     for l in &spec.links {
         log.line(format_args!(
             "# link {}: {} (client side) <-> {} (server side); up {}; down {}",

@@ -174,7 +174,11 @@ pub fn start(
         Role::Server,
         "latebind server",
         exe,
-        &["server".as_ref(), "--config".as_ref(), server_cfg.as_os_str()],
+        &[
+            "server".as_ref(),
+            "--config".as_ref(),
+            server_cfg.as_os_str(),
+        ],
         &dir.join("server.log"),
     )?;
     if let Some(p) = rt_priority
@@ -189,7 +193,10 @@ pub fn start(
             bail!("latebind server exited ({s}):\n{}", server.log_tail());
         }
         if sys::mono_ns() >= deadline_ns {
-            bail!("latebind server did not start in time:\n{}", server.log_tail());
+            bail!(
+                "latebind server did not start in time:\n{}",
+                server.log_tail()
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -197,7 +204,11 @@ pub fn start(
         Role::Client,
         "latebind client",
         exe,
-        &["client".as_ref(), "--config".as_ref(), client_cfg.as_os_str()],
+        &[
+            "client".as_ref(),
+            "--config".as_ref(),
+            client_cfg.as_os_str(),
+        ],
         &dir.join("client.log"),
     )?;
     if let Some(p) = rt_priority
@@ -214,7 +225,11 @@ pub fn start(
     loop {
         for h in [&mut d.server, &mut d.client] {
             if let Some(s) = h.try_wait()? {
-                bail!("{} exited ({s}) before the tunnel was up:\n{}", h.name, h.log_tail());
+                bail!(
+                    "{} exited ({s}) before the tunnel was up:\n{}",
+                    h.name,
+                    h.log_tail()
+                );
             }
         }
         if let Ok(st) = status(&d.client_sock)
@@ -241,7 +256,10 @@ pub fn status(socket: &Path) -> Result<Status> {
 }
 
 /// The report's engine counters from both daemons' sessions (client + server).
-pub fn engine_report(client: Option<&SessionStatus>, server: Option<&SessionStatus>) -> EngineReport {
+pub fn engine_report(
+    client: Option<&SessionStatus>,
+    server: Option<&SessionStatus>,
+) -> EngineReport {
     let sum = |f: &dyn Fn(&SessionStatus) -> u64| client.map_or(0, f) + server.map_or(0, f);
     EngineReport {
         aqm_dropped: sum(&|s| s.engine.aqm_dropped),
@@ -288,9 +306,6 @@ mod tests {
         assert_eq!(c.file.links.len(), 2);
         assert_eq!(c.file.links[0].name, "wi\"fi");
         assert_eq!(c.file.links[1].interface, "c1");
-        assert_eq!(
-            c.file.links[1].server,
-            "198.18.2.2:51820".parse().unwrap()
-        );
+        assert_eq!(c.file.links[1].server, "198.18.2.2:51820".parse().unwrap());
     }
 }

@@ -142,7 +142,10 @@ mod tests {
             "[[flows]]\nname='bulk'\nkind='tcp-bulk'\n[[flows]]\nname='voice'\nkind='udp-cbr'\nrate_mbps=0.1\n",
         );
         let e = check_flows(&s).unwrap_err().to_string();
-        assert!(e.contains("flows[1]") && e.contains("voice") && e.contains("udp-cbr"), "{e}");
+        assert!(
+            e.contains("flows[1]") && e.contains("voice") && e.contains("udp-cbr"),
+            "{e}"
+        );
         let s = scenario("[[flows]]\nname='bulk'\nkind='tcp-bulk'\n");
         check_flows(&s).unwrap();
     }
@@ -159,7 +162,10 @@ mod tests {
         assert_eq!(endpoints.len(), 2);
         assert!(endpoints[0].contains("198.18.2.1 dev c1"), "{endpoints:?}");
         assert!(c.contains(&"rule add from 198.18.3.1 lookup 102 pref 1002".to_owned()));
-        assert!(c.iter().any(|l| l.contains("via 198.18.1.2 dev c0") && l.contains("table 100")));
+        assert!(
+            c.iter()
+                .any(|l| l.contains("via 198.18.1.2 dev c0") && l.contains("table 100"))
+        );
     }
 
     #[test]

@@ -675,6 +675,8 @@ impl Topology {
             .arg(self.ns(role))
             .arg(exe)
             .args(args)
+            // Plain log files (the daemons' tracing output has no colours then).
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);

@@ -3,8 +3,9 @@
 //! ```text
 //!  1. build the topology (netns.rs) and the mode's routing and qdiscs
 //!  2. pick the base time (scenario time 0) a little in the future, so that every
-//!     helper is up before it
-//!  3. start the emulator, the receivers, then the senders (each sleeps until its
+//!     helper is up before it (mode late: one more second for the daemons)
+//!  3. start the emulator; mode late: the server and client daemons, then wait for
+//!     their handshake; then the receivers, then the senders (each sleeps until its
 //!     flow's start); all of them get absolute times, so none waits for the runner
 //!  4. the runner sleeps (then spins) to each outage edge and changes interfaces and
 //!     routes through rtnetlink, sampling the client's qdiscs every millisecond
@@ -34,6 +35,26 @@
 //!   server's `s{i}` stays up, so uplink packets already propagating still arrive
 //!   (the simulator's uplink semantics); the emulator's models drop what the outage
 //!   takes on the link itself.
+//!
+//! # Mode `late` (the latebind daemons; details in [`crate::late`])
+//!
+//! - The applications talk over the tunnel (10.77.0.2 <-> 10.77.0.1); the daemons'
+//!   link sockets use the links' connected /24s, so no route is installed.
+//! - Shaping as in mode early, but the `pfifo` under `htb` holds the link's
+//!   `queue_packets`: the daemon's sockets (the kernel's smallest send buffer) keep it
+//!   nearly empty, and what waits goes into the daemon's per-flow queues.
+//! - Outage: `c{i}` goes down in the client namespace (the daemon sees the netlink
+//!   event) and the emulator drops what the model loses; the server's side is not
+//!   touched: it learns of the cut through the protocol. Lost at the outage, uplink:
+//!   the qdisc's backlog at the cut plus the bound datagrams the client daemon still
+//!   held for that link (its status's `dropped_below_binding`).
+//! - The report's `engine` is both daemons' counters, read just before they stop.
+//!
+//! # Mode `mptcp` (kernel multipath TCP; details in [`crate::mptcp`])
+//!
+//! - TCP flows only (a UDP flow is refused by name); one subflow per link, policy
+//!   routing by source address, the FIFO of mode early at each `c{i}`, outages as in
+//!   mode late.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -59,9 +80,9 @@ use crate::{late, mptcp, sys};
 pub enum LabMode {
     /// Linux default routing (early binding).
     Early,
-    /// The latebind daemons (see [`late`](crate::late)).
+    /// The latebind daemons (see [`crate::late`]).
     Late,
-    /// Kernel multipath TCP, TCP flows only (see [`mptcp`](crate::mptcp)).
+    /// Kernel multipath TCP, TCP flows only (see [`crate::mptcp`]).
     Mptcp,
 }
 
@@ -166,6 +187,8 @@ pub struct LabOutcome {
     pub receivers: Vec<RecvSummary>,
     /// Interface changes at outage edges.
     pub edges: Vec<OutageEdge>,
+    /// Each flow's stall and recovery after each outage start (receivers' 10 ms bins).
+    pub recoveries: Vec<CutRecovery>,
     /// Caveats of this run (what differs from the simulator, what could not be done).
     pub notes: Vec<String>,
     /// The run's folder (deleted after the run unless kept).
@@ -897,7 +920,7 @@ fn run_mode(
     }
     if mode == LabMode::Mptcp {
         notes.push(
-            "mptcp: a TCP flow's sent/lost are sums over the subflows alive at the end \
+            "a TCP flow's sent/lost are sums over the MPTCP subflows alive at the end \
              (TCP_INFO of each); data the MPTCP layer re-sent on another subflow counts as \
              sent there, not as lost"
                 .into(),
@@ -905,8 +928,8 @@ fn run_mode(
     }
     if mode == LabMode::Late {
         notes.push(format!(
-            "late: applications on the tunnel addresses {} (client) and {} (server); \
-             the daemons started {:.1} s before time 0",
+            "applications on the tunnel addresses {} (client) and {} (server); the \
+             daemons started {:.1} s before time 0",
             late::CLIENT_TUN,
             late::SERVER_TUN,
             warmup.as_secs_f64() + opts.lead.as_secs_f64()
@@ -1030,11 +1053,87 @@ fn run_mode(
         report,
         emulator: emu_stats,
         senders: send_sums,
+        recoveries: cut_recoveries(scenario, &recv_sums),
         receivers: recv_sums,
         edges,
         notes,
         run_dir: dir.to_owned(),
     })
+}
+
+/// How a flow's receiver fared after a link's outage started (from its 10 ms bins).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CutRecovery {
+    /// Flow name.
+    pub flow: String,
+    /// The link that went out.
+    pub link: String,
+    /// When it went out, scenario time, s.
+    pub cut_s: f64,
+    /// The longest time without application data that began in the 3 s after the cut,
+    /// ms (10 ms bins; 0: data every 10 ms).
+    pub stall_ms: f64,
+    /// From the cut to the end of that stall (data again), ms; None: no data came
+    /// after it before the receiver stopped.
+    pub resumed_ms: Option<f64>,
+}
+
+/// For every outage start inside a flow's active period, the flow's stall after it as
+/// its receiver saw it. (Data keeps arriving for a while after a cut, what was already
+/// in flight, so the stall is the longest silence that begins within 3 s of the cut.)
+pub fn cut_recoveries(scenario: &Scenario, receivers: &[RecvSummary]) -> Vec<CutRecovery> {
+    let spec = &scenario.spec;
+    let bin_s = traffic::BIN_NS as f64 / 1e9;
+    let mut v = Vec::new();
+    for (f, r) in spec.flows.iter().zip(receivers) {
+        let stop = f
+            .stop_s
+            .unwrap_or(spec.scenario.duration_s)
+            .min(spec.scenario.duration_s);
+        let bins = &r.bytes_per_10ms;
+        let last_bin = ((stop / bin_s).ceil() as usize).min(bins.len());
+        for l in &spec.links {
+            for [cut, _] in merged_outages(&l.outages) {
+                let cut_s = cut as f64 / 1e9;
+                if cut_s < f.start_s || cut_s >= stop {
+                    continue;
+                }
+                let k0 = (cut_s / bin_s).floor() as usize;
+                let horizon = ((cut_s + 3.0) / bin_s).ceil() as usize;
+                // (length, end) of the longest run of empty bins starting in the window.
+                let mut best: Option<(usize, usize)> = None;
+                let mut k = k0;
+                while k < horizon.min(last_bin) {
+                    if bins[k] > 0 {
+                        k += 1;
+                        continue;
+                    }
+                    let start = k;
+                    while k < bins.len() && bins[k] == 0 {
+                        k += 1;
+                    }
+                    if best.is_none_or(|(len, _)| k - start > len) {
+                        best = Some((k - start, k));
+                    }
+                }
+                let (stall_ms, resumed_ms) = match best {
+                    None => (0.0, Some(0.0)),
+                    Some((len, end)) => (
+                        len as f64 * bin_s * 1e3,
+                        (end < bins.len()).then(|| ((end as f64 * bin_s - cut_s) * 1e3).max(0.0)),
+                    ),
+                };
+                v.push(CutRecovery {
+                    flow: f.name.clone(),
+                    link: l.name.clone(),
+                    cut_s,
+                    stall_ms,
+                    resumed_ms,
+                });
+            }
+        }
+    }
+    v
 }
 
 /// Keeps the calling thread in `SCHED_FIFO` until dropped.
@@ -1101,6 +1200,47 @@ mod tests {
         // Refused before anything needs root.
         let e = run(&scenario, LabMode::Mptcp, Path::new("/nonexistent")).unwrap_err();
         assert!(e.to_string().contains("voice"), "{e}");
+    }
+
+    #[test]
+    fn stall_after_a_cut_is_read_from_the_bins() {
+        let scenario = Scenario::from_str(
+            "[scenario]\nname='t'\nduration_s=3.0\n[[links]]\nname='a'\nrate_mbps=8.0\n\
+             outages=[[1.0, 9.0]]\n[[links]]\nname='b'\nrate_mbps=4.0\n\
+             [[flows]]\nname='bulk'\nkind='tcp-bulk'\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        // 10 ms bins: data until 1.1 s (in flight at the cut), a 20 ms gap, data, then
+        // nothing from 1.2 s to 1.6 s, data again.
+        let mut bins = vec![10_000u64; 110];
+        bins.extend([0, 0]);
+        bins.extend(vec![1_000; 8]);
+        bins.extend(vec![0; 40]);
+        bins.extend(vec![5_000; 140]);
+        let r = RecvSummary {
+            bytes_per_10ms: bins.clone(),
+            ..RecvSummary::default()
+        };
+        let v = cut_recoveries(&scenario, &[r]);
+        assert_eq!(v.len(), 1);
+        let c = &v[0];
+        assert_eq!(
+            (c.flow.as_str(), c.link.as_str(), c.cut_s),
+            ("bulk", "a", 1.0)
+        );
+        assert!((c.stall_ms - 400.0).abs() < 1e-6, "{c:?}");
+        assert!((c.resumed_ms.unwrap() - 600.0).abs() < 1e-6, "{c:?}");
+        // Nothing after the cut at all: the stall runs to the end, never resumed.
+        bins.truncate(100);
+        bins.extend(vec![0; 200]);
+        let r = RecvSummary {
+            bytes_per_10ms: bins,
+            ..RecvSummary::default()
+        };
+        let c = &cut_recoveries(&scenario, &[r])[0];
+        assert_eq!(c.resumed_ms, None, "{c:?}");
+        assert!((c.stall_ms - 2000.0).abs() < 1e-6, "{c:?}");
     }
 
     #[test]

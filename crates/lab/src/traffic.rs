@@ -19,9 +19,14 @@
 //!   host's default and cannot change it). The receiver measures each record's latency
 //!   when its last byte is read, and the longest time without new data.
 //!
+//! - **MPTCP** (`--mptcp`, both ends): the TCP flow over sockets of protocol
+//!   `IPPROTO_MPTCP`; the TCP counters are summed over the subflows (`MPTCP_TCPINFO`).
+//!   The end that opens the connection is the client's: a sender can `--listen` on
+//!   `--bind` and a receiver `--connect` to it (a downlink flow in mode mptcp).
+//!
 //! Each end writes a JSON summary at exit ([`SendSummary`], [`RecvSummary`]); the
-//! receiver's has the simulator's per-flow fields, and [`merge`] combines both into a
-//! report row. Times on the command line are seconds relative to `--base-ns` (default:
+//! receiver's has the simulator's per-flow fields plus the bytes received per 10 ms
+//! (stalls and recoveries), and [`merge`] combines both into a report row. Times on the command line are seconds relative to `--base-ns` (default:
 //! when the tool starts), the scenario clock of a lab run.
 
 use std::collections::BTreeMap;
@@ -345,6 +350,43 @@ pub struct RecvSummary {
     pub first_arrival_s: f64,
     /// See `first_arrival_s`.
     pub last_arrival_s: f64,
+    /// Application bytes received per 10 ms of scenario time (entry k covers
+    /// `[0.01 k, 0.01 (k + 1))` s after the base; UDP: payload of unique datagrams), so
+    /// a stall and the recovery after it can be read off.
+    #[serde(default)]
+    pub bytes_per_10ms: Vec<u64>,
+}
+
+/// Width of a [`RecvSummary::bytes_per_10ms`] bin, ns.
+pub const BIN_NS: u64 = 10_000_000;
+
+/// Adds `bytes` received at `at` (ns of `CLOCK_MONOTONIC`) to the 10 ms bins.
+fn add_to_bins(bins: &mut Vec<u64>, times: &Times, at: u64, bytes: u64) {
+    let k = (at.saturating_sub(times.base) / BIN_NS) as usize;
+    if k > 1_000_000 {
+        return;
+    }
+    if bins.len() <= k {
+        bins.resize(k + 1, 0);
+    }
+    bins[k] += bytes;
+}
+
+impl RecvSummary {
+    /// Application bytes received in `[from_s, to_s)` of scenario time (10 ms bins:
+    /// those that start in the interval).
+    pub fn bytes_between(&self, from_s: f64, to_s: f64) -> u64 {
+        let bin_s = BIN_NS as f64 / 1e9;
+        self.bytes_per_10ms
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| {
+                let t = *k as f64 * bin_s;
+                t + 1e-9 >= from_s && t + 1e-9 < to_s
+            })
+            .map(|(_, b)| b)
+            .sum()
+    }
 }
 
 /// Combines both ends' summaries into the simulator's report row.
@@ -842,12 +884,16 @@ fn sender_options(fd: RawFd, a: &SendArgs) -> Result<()> {
 }
 
 fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
+    // The listener stays open as long as the connection: MPTCP's further subflows
+    // (MP_JOIN) arrive on it.
+    let mut _listener = None;
     let sock = if a.listen {
         let bind_to = a.bind.context("--listen needs --bind")?;
         let listener = listen_tcp(bind_to, a.packet_bytes, a.flow.mptcp)?;
         let Some(sock) = accept_one(listener.as_raw_fd(), times)? else {
             bail!("listening on {bind_to}: no connection before the flow's end");
         };
+        _listener = Some(listener);
         sender_options(sock.as_raw_fd(), a)?;
         sys::sleep_until(times.start, 0);
         sock
@@ -1043,6 +1089,7 @@ struct UdpSink {
     first_arrival: Option<u64>,
     last_arrival: Option<u64>,
     max_gap: u64,
+    bins: Vec<u64>,
 }
 
 impl UdpSink {
@@ -1073,6 +1120,7 @@ impl UdpSink {
             .push(at.saturating_sub(probe.send_ns) as f64 / 1e6);
         self.ip_bytes += (payload_len + UDP_OVERHEAD) as u64;
         self.payload_bytes += payload_len as u64;
+        add_to_bins(&mut self.bins, times, at, payload_len as u64);
         self.first_arrival.get_or_insert(at);
         // Gaps as in the simulator: CBR counts the active period (arrivals clipped to
         // stop) and the wait for the first packet from the start; bursts count
@@ -1112,6 +1160,7 @@ impl UdpSink {
             max_gap_ms: max_gap as f64 / 1e6,
             goodput_mbps: mbps(self.ip_bytes, over),
             bytes_delivered: self.payload_bytes,
+            bytes_per_10ms: self.bins.clone(),
             latency_clock: clock.into(),
             records: 0,
             first_arrival_s: self.first_arrival.map_or(0.0, |t| times.rel_s(t)),
@@ -1207,6 +1256,9 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
         latency_clock: "user".into(),
         ..RecvSummary::default()
     };
+    // The listener stays open as long as the connection: MPTCP's further subflows
+    // (MP_JOIN) arrive on it.
+    let mut _listener = None;
     let conn = match a.connect {
         Some(to) => {
             sys::sleep_until(times.start, 0);
@@ -1216,7 +1268,9 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
         }
         None => {
             let listener = listen_tcp(a.bind, a.packet_bytes, mptcp)?;
-            accept_one(listener.as_raw_fd(), times)?
+            let conn = accept_one(listener.as_raw_fd(), times)?;
+            _listener = Some(listener);
+            conn
         }
     };
     let Some(conn) = conn else {
@@ -1227,6 +1281,7 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
     let mut buf = vec![0u8; 256 * 1024];
     let mut latencies_ms = Vec::new();
     let (mut app_bytes, mut app_bytes_by_stop) = (0u64, 0u64);
+    let mut bins = Vec::new();
     let (mut last, mut max_gap) = (None::<u64>, 0u64);
     let mut first_arrival = None;
     'outer: while sys::mono_ns() < times.until && !sys::stop_requested() {
@@ -1249,6 +1304,7 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
                 latencies_ms.push(now.saturating_sub(ts) as f64 / 1e6);
             });
             app_bytes += n as u64;
+            add_to_bins(&mut bins, &times, now, n as u64);
             if now <= times.stop {
                 app_bytes_by_stop += n as u64;
             }
@@ -1275,6 +1331,7 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
     summary.max_gap_ms = max_gap as f64 / 1e6;
     summary.goodput_mbps = mbps(app_bytes_by_stop, active_end.saturating_sub(times.start));
     summary.bytes_delivered = app_bytes;
+    summary.bytes_per_10ms = bins;
     summary.records = parser.records;
     summary.first_arrival_s = first_arrival.map_or(0.0, |t| times.rel_s(t));
     summary.last_arrival_s = last.map_or(0.0, |t| times.rel_s(t));
@@ -1379,6 +1436,10 @@ mod tests {
         let expect = mbps(3 * 100, 900);
         assert_eq!(r.goodput_mbps, expect);
         assert_eq!(r.bytes_delivered, 3 * 72);
+        // Base 0: every arrival falls in the first 10 ms bin.
+        assert_eq!(r.bytes_per_10ms, vec![3 * 72]);
+        assert_eq!(r.bytes_between(0.0, 0.01), 3 * 72);
+        assert_eq!(r.bytes_between(0.01, 1.0), 0);
     }
 
     #[test]

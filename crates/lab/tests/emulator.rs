@@ -62,6 +62,7 @@ fn run_link(
         log_frames: false,
         cpu_latency_qos: true,
         rt_priority: Some(50),
+        warmup_ns: 0,
     };
     let spec_path = dir.join("emu-spec.json");
     std::fs::write(&spec_path, serde_json::to_string(&spec).unwrap()).unwrap();

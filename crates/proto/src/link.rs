@@ -550,11 +550,6 @@ impl Link {
         n
     }
 
-    fn sent_mut(&mut self, pn: u64) -> Option<&mut Option<SentPacket>> {
-        let idx = pn.checked_sub(self.sent_base)?;
-        self.sent.get_mut(usize::try_from(idx).ok()?)
-    }
-
     /// Processes acknowledged ranges (highest first). Returns what was newly acknowledged
     /// and what loss detection declared lost (RFC 9002 6.1: packet threshold 3, time
     /// threshold 9/8 RTT).
@@ -580,10 +575,14 @@ impl Link {
             if hi < lo {
                 continue;
             }
-            for pn in lo..=hi {
-                let Some(slot) = self.sent_mut(pn) else {
-                    continue;
-                };
+            // The records of `lo..=hi`, as far as they go.
+            let first = usize::try_from(lo - self.sent_base).unwrap_or(usize::MAX);
+            let count = usize::try_from(hi - lo).map_or(usize::MAX, |n| n.saturating_add(1));
+            let last = first.saturating_add(count).min(self.sent.len());
+            if first >= last {
+                continue;
+            }
+            for (pn, slot) in (lo..).zip(self.sent.range_mut(first..last)) {
                 let Some(p) = slot.take() else {
                     continue;
                 };

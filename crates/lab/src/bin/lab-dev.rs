@@ -6,6 +6,7 @@
 //! lab-dev traffic recv --kind udp-cbr --bind 127.0.0.1:9000 --until-s 3
 //! lab-dev emulate --spec spec.json          (started by `lab` inside the emu namespace)
 //! lab-dev cleanup                           (remove namespaces of crashed runs)
+//! lab-dev client|server --config FILE        (the daemons, started by `lab --mode late`)
 //! ```
 
 use std::process::ExitCode;
@@ -32,6 +33,20 @@ enum Command {
     Traffic(latebind_lab::traffic::TrafficCmd),
     /// Remove the namespaces of lab runs whose process is gone.
     Cleanup,
+    /// The client daemon (started by `lab --mode late` inside the client namespace).
+    #[command(hide = true)]
+    Client {
+        /// Configuration file.
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
+    /// The server daemon (started by `lab --mode late` inside the server namespace).
+    #[command(hide = true)]
+    Server {
+        /// Configuration file.
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -49,6 +64,16 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(args) => latebind_lab::cli::lab(&args, &std::env::current_exe()?),
         Command::Emulate(args) => latebind_lab::cli::emulate(&args),
         Command::Traffic(cmd) => latebind_lab::cli::traffic(&cmd),
+        Command::Client { config } => {
+            init_logging();
+            let cfg = latebind_daemon::config::ClientConfig::load(&config)?;
+            latebind_daemon::client::run(cfg, latebind_daemon::client::ClientOptions::default())
+        }
+        Command::Server { config } => {
+            init_logging();
+            let cfg = latebind_daemon::config::ServerConfig::load(&config)?;
+            latebind_daemon::server::run(cfg)
+        }
         Command::Cleanup => {
             for ns in latebind_lab::cleanup_stale()? {
                 println!("removed {ns}");
@@ -56,4 +81,14 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The daemons' log on stderr, as `latebind client|server` writes it (`LATEBIND_LOG`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LATEBIND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -44,3 +44,31 @@ pub(crate) fn scenario(name: &str) -> PathBuf {
         .join("../../scenarios")
         .join(name)
 }
+
+/// Processes running the helper binary (`lab-dev`: emulator, traffic tools, daemons)
+/// now, as `pid: command line`. The tests themselves are another binary.
+pub(crate) fn helper_processes() -> Vec<String> {
+    let exe = std::fs::canonicalize(exe()).unwrap_or_else(|_| exe());
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(target) = std::fs::read_link(e.path().join("exe")) else {
+            continue;
+        };
+        if target == exe {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
