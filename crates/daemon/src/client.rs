@@ -280,22 +280,24 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                         }
                     }
                     for (i, l) in links.iter().enumerate() {
-                        let change = if l.up && l.has_addr {
-                            LinkChange::Up
-                        } else {
-                            LinkChange::Down
-                        };
-                        let view_down = session
+                        let id = LinkId(i as u16);
+                        let usable = l.up && l.has_addr;
+                        let was_down = session
                             .engine
                             .link_views(t)
                             .get(i)
                             .is_some_and(|v| v.state == latebind_proto::LinkState::Down);
-                        if (change == LinkChange::Down) != view_down || change == LinkChange::Down {
-                            tracing::info!(link = %l.name, ?change, "interface change");
+                        if usable == was_down {
+                            tracing::info!(link = %l.name, usable, "interface change");
                         }
-                        session
-                            .engine
-                            .handle_link_change(t, LinkId(i as u16), change);
+                        if usable {
+                            session.engine.handle_link_change(t, id, LinkChange::Up);
+                        } else {
+                            // What waited for this interface is gone with it, in the
+                            // daemon as in the engine.
+                            session.drop_held(id);
+                            session.engine.handle_link_change(t, id, LinkChange::Down);
+                        }
                     }
                 }
                 TOKEN_CONTROL | TOKEN_METRICS => {

@@ -87,6 +87,12 @@ impl Session {
         &mut self.held[i]
     }
 
+    /// Drops the datagrams held for `link` (its interface went down).
+    pub fn drop_held(&mut self, link: LinkId) {
+        let dropped = std::mem::take(self.held_mut(link)).len();
+        self.counters.send_errors += dropped as u64;
+    }
+
     /// Whether `link` has datagrams waiting for its socket.
     pub fn has_held(&self, link: LinkId) -> bool {
         self.held
