@@ -222,9 +222,11 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         poller.arm(deadline)?;
         ready.clear();
         poller.wait(&mut ready, 1000)?;
+        // Reuse the buffer: the handlers below borrow the rest of the state.
+        let batch = std::mem::take(&mut ready);
 
         let t = now();
-        for r in ready.clone() {
+        for &r in &batch {
             match r.token {
                 TOKEN_SIGNAL => {
                     if let Some(sig) = poller.take_signal() {
@@ -355,6 +357,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                 _ => {}
             }
         }
+        ready = batch;
         session.handle_timeout(t);
     }
 }
@@ -380,5 +383,6 @@ fn client_status(
         sessions: vec![SessionStatus::new("server", session, t, &names)],
         handshakes_rejected: 0,
         unknown_session: 0,
+        no_client_for_destination: 0,
     }
 }

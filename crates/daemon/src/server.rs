@@ -77,10 +77,8 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         .collect();
     let mut clients: HashMap<u32, Client> = HashMap::new();
     let mut by_address: HashMap<Ipv4Addr, u32> = HashMap::new();
-    let mut handshakes_rejected = 0u64;
+    let mut drops = Drops::default();
     let mut handshake_budget = HandshakeBudget::new(HANDSHAKES_PER_SECOND);
-    let mut unknown_session = 0u64;
-    let mut no_client_for_destination = 0u64;
     let max_mss = mtu.saturating_sub(40);
     let hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let mut ready = Vec::<Ready>::new();
@@ -120,8 +118,10 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         poller.arm(deadline)?;
         ready.clear();
         poller.wait(&mut ready, 1000)?;
+        // Reuse the buffer: the handlers below borrow the rest of the state.
+        let batch = std::mem::take(&mut ready);
         let t = now();
-        for r in ready.clone() {
+        for &r in &batch {
             match r.token {
                 TOKEN_SIGNAL => {
                     if let Some(sig) = poller.take_signal() {
@@ -135,6 +135,8 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                         Ok(n) => {
                             let p = &mut tunbuf[..n];
                             let Some((_, dst)) = ipv4_addrs(p) else {
+                                // Clients have IPv4 virtual addresses only.
+                                drops.no_client_for_destination += 1;
                                 continue;
                             };
                             match by_address.get(&dst).and_then(|id| clients.get_mut(id)) {
@@ -142,7 +144,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                     clamp_mss(p, max_mss);
                                     let _ = c.session.engine.handle_tun_packet(t, p);
                                 }
-                                None => no_client_for_destination += 1,
+                                None => drops.no_client_for_destination += 1,
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -150,15 +152,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                     }
                 },
                 TOKEN_CONTROL | TOKEN_METRICS => {
-                    let status = server_status(
-                        &clients,
-                        tun.name(),
-                        mtu,
-                        started,
-                        t,
-                        handshakes_rejected,
-                        unknown_session,
-                    );
+                    let status = server_status(&clients, tun.name(), mtu, started, t, drops);
                     if r.token == TOKEN_CONTROL {
                         control.serve_status(&serde_json::to_string(&status)?);
                     } else {
@@ -176,14 +170,14 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                         if latebind_crypto::is_handshake(d) {
                             // No DoS cookie yet: bound the X25519 work an attacker can cause.
                             if !handshake_budget.take(t) {
-                                handshakes_rejected += 1;
+                                drops.handshakes_rejected += 1;
                                 continue;
                             }
                             match responder.handle_initiation(d, random_bytes()?) {
                                 Ok(acc) => {
                                     let Some((address, name)) = peers.get(&acc.peer).cloned()
                                     else {
-                                        handshakes_rejected += 1;
+                                        drops.handshakes_rejected += 1;
                                         continue;
                                     };
                                     // A client that restarted has a new session: drop its old one.
@@ -210,11 +204,11 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                     });
                                     if c.address != address {
                                         // Session id collision with another peer: refuse.
-                                        handshakes_rejected += 1;
+                                        drops.handshakes_rejected += 1;
                                         continue;
                                     }
                                     if !c.session.install(t, acc.transport) {
-                                        handshakes_rejected += 1;
+                                        drops.handshakes_rejected += 1;
                                         continue;
                                     }
                                     c.session.engine.add_link(
@@ -228,18 +222,18 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                     tracing::info!(peer = %name, session = format!("{:08x}", acc.session), "handshake accepted");
                                 }
                                 Err(e) => {
-                                    handshakes_rejected += 1;
+                                    drops.handshakes_rejected += 1;
                                     tracing::debug!(%e, %from, "handshake rejected");
                                 }
                             }
                             continue;
                         }
                         let Some(id) = latebind_crypto::session_of(d) else {
-                            unknown_session += 1;
+                            drops.unknown_session += 1;
                             continue;
                         };
                         let Some(c) = clients.get_mut(&id) else {
-                            unknown_session += 1;
+                            drops.unknown_session += 1;
                             continue;
                         };
                         if c.session.handle_datagram(t, d) {
@@ -252,11 +246,19 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                 _ => {}
             }
         }
+        ready = batch;
         for c in clients.values_mut() {
             c.session.handle_timeout(t);
         }
-        let _ = no_client_for_destination;
     }
+}
+
+/// Datagrams and packets the server drops outside any session, by reason.
+#[derive(Clone, Copy, Debug, Default)]
+struct Drops {
+    handshakes_rejected: u64,
+    unknown_session: u64,
+    no_client_for_destination: u64,
 }
 
 /// Handshake initiations the server processes per second at most, all clients together.
@@ -297,8 +299,7 @@ fn server_status(
     mtu: u16,
     started: u64,
     t: Instant,
-    handshakes_rejected: u64,
-    unknown_session: u64,
+    drops: Drops,
 ) -> Status {
     let mut ids: Vec<&u32> = clients.keys().collect();
     ids.sort_unstable();
@@ -314,7 +315,8 @@ fn server_status(
                 SessionStatus::new(&c.name, &c.session, t, &|l| format!("link{l}"))
             })
             .collect(),
-        handshakes_rejected,
-        unknown_session,
+        handshakes_rejected: drops.handshakes_rejected,
+        unknown_session: drops.unknown_session,
+        no_client_for_destination: drops.no_client_for_destination,
     }
 }

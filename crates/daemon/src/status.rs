@@ -139,6 +139,10 @@ pub struct Status {
     pub handshakes_rejected: u64,
     /// Datagrams for no known session.
     pub unknown_session: u64,
+    /// Packets from the TUN device dropped because no client owns their destination
+    /// (server; not IPv4, or an address no peer has).
+    #[serde(default)]
+    pub no_client_for_destination: u64,
 }
 
 fn ms(d: core::time::Duration) -> f64 {
@@ -302,8 +306,8 @@ impl Status {
         }
         let _ = writeln!(
             s,
-            "handshakes rejected {}  unknown session {}",
-            self.handshakes_rejected, self.unknown_session
+            "handshakes rejected {}  unknown session {}  no client for destination {}",
+            self.handshakes_rejected, self.unknown_session, self.no_client_for_destination
         );
         s
     }
@@ -322,6 +326,11 @@ impl Status {
             self.handshakes_rejected
         );
         let _ = writeln!(s, "latebind_unknown_session_total {}", self.unknown_session);
+        let _ = writeln!(
+            s,
+            "latebind_no_client_for_destination_total {}",
+            self.no_client_for_destination
+        );
         for ses in &self.sessions {
             let p = format!("peer=\"{}\",session=\"{:08x}\"", ses.peer, ses.session);
             let _ = writeln!(s, "latebind_queued_packets{{{p}}} {}", ses.queued_packets);

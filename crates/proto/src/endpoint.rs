@@ -585,11 +585,9 @@ impl Endpoint {
                         self.on_state_change(now, i, LinkState::Up, LinkState::Suspect);
                     }
                 }
-                LinkState::Suspect => {
-                    // Give up on packets that a silent link has held for several timeouts.
-                    l.expire_in_flight(now, timeout * 3, &mut lost);
-                }
-                LinkState::Down => {
+                LinkState::Suspect | LinkState::Down => {
+                    // Give up on packets that a silent or dead link has held for several
+                    // timeouts.
                     l.expire_in_flight(now, timeout * 3, &mut lost);
                 }
             }
