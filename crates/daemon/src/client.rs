@@ -23,7 +23,7 @@ use latebind_proto::{Config, Endpoint, Instant, LinkChange, LinkConfig, LinkId, 
 use crate::config::ClientConfig;
 use crate::control::Control;
 use crate::packet::clamp_mss;
-use crate::session::{Session, sent};
+use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
 use crate::{OVERHEAD, random_bytes, random_u32, run_ip};
 
@@ -44,7 +44,23 @@ struct ClientLink {
     socket: LinkSocket,
     up: bool,
     has_addr: bool,
-    writable_watch: bool,
+}
+
+/// The client's link sockets, one per link: departures are read from each socket's
+/// kernel queue.
+struct ClientIo<'a>(&'a [ClientLink]);
+
+impl LinkIo for ClientIo<'_> {
+    fn send(&mut self, link: LinkId, datagram: &[u8]) -> Sent {
+        match self.0.get(usize::from(link.0)) {
+            Some(l) => sent(l.socket.send_to(datagram, l.server)),
+            None => Sent::Failed,
+        }
+    }
+
+    fn queued(&self, link: LinkId) -> Option<usize> {
+        self.0.get(usize::from(link.0))?.socket.outq().ok()
+    }
 }
 
 /// Options from the command line.
@@ -96,14 +112,19 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         let bind = l
             .bind
             .unwrap_or_else(|| "0.0.0.0:0".parse().expect("valid literal"));
-        // The smallest send buffer the kernel allows: about two datagrams.
-        let socket = LinkSocket::bind(bind, Some(&l.interface), Some(1)).with_context(|| {
-            format!(
-                "links[{i}] ({}): binding a UDP socket to interface {}",
-                l.name, l.interface
-            )
-        })?;
-        poller.add(socket.as_fd(), TOKEN_LINK + i as u64, false)?;
+        // The engine's budget, not the send buffer, bounds what waits in the kernel (its
+        // departures are read with SIOCOUTQ). The buffer is a few times larger, so that
+        // each departure makes the socket writable and wakes the loop (edge-triggered),
+        // and so that a datagram leaving does not have to wait for a whole drain.
+        let sndbuf = (c.budget_packets + 2) * 4608;
+        let socket =
+            LinkSocket::bind(bind, Some(&l.interface), Some(sndbuf)).with_context(|| {
+                format!(
+                    "links[{i}] ({}): binding a UDP socket to interface {}",
+                    l.name, l.interface
+                )
+            })?;
+        poller.add_edge(socket.as_fd(), TOKEN_LINK + i as u64)?;
         let state = interface_state(&l.interface);
         links.push(ClientLink {
             name: l.name.clone(),
@@ -113,7 +134,6 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             socket,
             up: state.is_some_and(|s| s.1),
             has_addr: state.is_some_and(|s| s.2),
-            writable_watch: false,
         });
     }
     let netlink = NetlinkMonitor::open().context("netlink")?;
@@ -191,25 +211,10 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             }
         }
 
-        session.pump(
-            t,
-            |link, d| match links.get(usize::from(link.0)) {
-                Some(l) => sent(l.socket.send_to(d, l.server)),
-                None => crate::session::Sent::Failed,
-            },
-            |p| {
-                clamp_mss(p, max_mss);
-                tun.send(p).is_ok()
-            },
-        );
-        // Watch for writability only where datagrams are held.
-        for (i, l) in links.iter_mut().enumerate() {
-            let want = session.has_held(LinkId(i as u16));
-            if want != l.writable_watch {
-                poller.modify(l.socket.as_fd(), TOKEN_LINK + i as u64, want)?;
-                l.writable_watch = want;
-            }
-        }
+        session.pump(t, &mut ClientIo(&links), |p| {
+            clamp_mss(p, max_mss);
+            tun.send(p).is_ok()
+        });
         let mut deadline = session.poll_timeout().map(|i| i.as_nanos());
         if let Some((_, at)) = &handshake {
             let retry = (*at + HANDSHAKE_RETRY).as_nanos();
@@ -314,13 +319,18 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     let i = (tok - TOKEN_LINK) as usize;
                     let Some(l) = links.get(i) else { continue };
                     if r.writable {
-                        session.flush_held(t, LinkId(i as u16), |_, d| {
-                            sent(l.socket.send_to(d, l.server))
-                        });
+                        // Something of this socket left the kernel: departures, and room
+                        // for what a full buffer pushed back.
+                        let id = LinkId(i as u16);
+                        if let Ok(q) = l.socket.outq() {
+                            session.on_queued(t, id, q);
+                        }
+                        session.flush_held(t, &mut ClientIo(&links), id);
                     }
                     if !r.readable {
                         continue;
                     }
+                    let mut errors = 0;
                     loop {
                         match l.socket.recv_from(&mut rxbuf) {
                             Ok((n, from)) => {
@@ -350,7 +360,14 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                                 session.handle_datagram(t, d);
                             }
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                            Err(_) => break,
+                            // A socket error (an ICMP unreachable) is cleared by reading
+                            // it; the socket is edge-triggered, so read on.
+                            Err(_) => {
+                                errors += 1;
+                                if errors > 64 {
+                                    break;
+                                }
+                            }
                         }
                     }
                 }

@@ -2,6 +2,8 @@
 //!
 //! Module map:
 //! - [`config`]: TOML configuration, validated with errors naming key, value, expectation.
+//! - [`departures`]: when a datagram has left the kernel's queue (`SIOCOUTQ`), the
+//!   departure the engine's budget below the binding point counts.
 //! - [`session`]: engine + keys + datagrams a socket pushed back; the per-session pump.
 //! - [`client`], [`server`]: the event loops.
 //! - [`status`], [`control`]: `latebind status` and the Prometheus endpoint.
@@ -12,6 +14,7 @@
 pub mod client;
 pub mod config;
 pub mod control;
+pub mod departures;
 pub mod packet;
 pub mod server;
 pub mod session;
@@ -26,14 +29,14 @@ pub const OVERHEAD: usize = 20 + 8 + latebind_proto::wire::DATA_OVERHEAD + 16 + 
 /// 32 random bytes from the OS (seeds of handshakes).
 pub fn random_bytes() -> Result<[u8; 32]> {
     let mut b = [0u8; 32];
-    getrandom::fill(&mut b).context("reading OS randomness")?;
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("reading OS randomness: {e}"))?;
     Ok(b)
 }
 
 /// A random u32 from the OS.
 pub fn random_u32() -> Result<u32> {
     let mut b = [0u8; 4];
-    getrandom::fill(&mut b).context("reading OS randomness")?;
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("reading OS randomness: {e}"))?;
     Ok(u32::from_ne_bytes(b))
 }
 

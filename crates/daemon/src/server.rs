@@ -23,7 +23,7 @@ use latebind_proto::{Config, Endpoint, Instant, LinkConfig, LinkId, Role};
 use crate::config::ServerConfig;
 use crate::control::Control;
 use crate::packet::{clamp_mss, ipv4_addrs};
-use crate::session::{Sent, Session, sent};
+use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
 use crate::{random_bytes, random_u32};
 
@@ -96,9 +96,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
             let (paths, address) = (&c.paths, c.address);
             c.session.pump(
                 t,
-                |link, d| match paths.get(&link.0) {
-                    Some((si, to)) => sent(sockets[*si].send_to(d, *to)),
-                    None => Sent::Failed,
+                &mut ServerIo {
+                    paths,
+                    sockets: &sockets,
                 },
                 |p| {
                     // Isolation: a client may only send from its own address.
@@ -250,6 +250,26 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         for c in clients.values_mut() {
             c.session.handle_timeout(t);
         }
+    }
+}
+
+/// The server's sockets, shared by every client and link: the kernel's acceptance is the
+/// departure (its queue cannot be told apart per link).
+struct ServerIo<'a> {
+    paths: &'a HashMap<u16, (usize, SocketAddr)>,
+    sockets: &'a [LinkSocket],
+}
+
+impl LinkIo for ServerIo<'_> {
+    fn send(&mut self, link: LinkId, datagram: &[u8]) -> Sent {
+        match self.paths.get(&link.0) {
+            Some((si, to)) => sent(self.sockets[*si].send_to(datagram, *to)),
+            None => Sent::Failed,
+        }
+    }
+
+    fn queued(&self, _link: LinkId) -> Option<usize> {
+        None
     }
 }
 

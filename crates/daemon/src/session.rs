@@ -4,7 +4,10 @@
 //! Pipeline per call to [`Session::pump`] (sequential, one thread):
 //!  1. `poll_transmit`: the engine binds a packet to a link and writes the datagram;
 //!  2. seal it at once (the binding instant) with the current key;
-//!  3. send it on that link; the kernel's acceptance is the departure (`handle_tx_done`).
+//!  3. send it on that link. Where the link has its own socket, the departure
+//!     (`handle_tx_done`) is when the datagram has left the kernel's queue, read with
+//!     `SIOCOUTQ` ([`crate::departures`]), so the engine's budget below the binding point
+//!     counts the qdisc and driver; on a shared socket it is the kernel's acceptance.
 //!     A full send buffer keeps the datagram here, in order, until the socket is writable;
 //!     the engine's budget stays used meanwhile, so it binds nothing more to that link;
 //!  4. `poll_deliver`: in-order inner packets go to the TUN side.
@@ -15,6 +18,8 @@ use std::io;
 use latebind_crypto::KeyRing;
 use latebind_proto::{Endpoint, Instant, LinkId};
 use serde::{Deserialize, Serialize};
+
+use crate::departures::Departures;
 
 /// Counters of the daemon's part of a session.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
@@ -61,6 +66,8 @@ pub struct Session {
     /// Counters.
     pub counters: SessionCounters,
     held: Vec<VecDeque<Vec<u8>>>,
+    departures: Vec<Departures>,
+    held_dropped: Vec<u64>,
     buf: Vec<u8>,
     open_buf: Vec<u8>,
 }
@@ -74,6 +81,8 @@ impl Session {
             retire_at: None,
             counters: SessionCounters::default(),
             held: Vec::new(),
+            departures: Vec::new(),
+            held_dropped: Vec::new(),
             buf: Vec::with_capacity(2048),
             open_buf: Vec::with_capacity(2048),
         }
@@ -87,10 +96,41 @@ impl Session {
         &mut self.held[i]
     }
 
-    /// Drops the datagrams held for `link` (its interface went down).
+    fn departures_mut(&mut self, link: LinkId) -> &mut Departures {
+        let i = usize::from(link.0);
+        if self.departures.len() <= i {
+            self.departures.resize_with(i + 1, Departures::default);
+        }
+        &mut self.departures[i]
+    }
+
+    /// Datagrams of `link` in the kernel, not yet seen leaving.
+    pub fn in_kernel(&self, link: LinkId) -> usize {
+        self.departures
+            .get(usize::from(link.0))
+            .map_or(0, Departures::len)
+    }
+
+    /// `link`'s interface went down: the datagrams held for it are dropped, and those in
+    /// the kernel's queue are gone with the interface.
     pub fn drop_held(&mut self, link: LinkId) {
-        let dropped = std::mem::take(self.held_mut(link)).len();
-        self.counters.send_errors += dropped as u64;
+        let dropped = std::mem::take(self.held_mut(link)).len() as u64;
+        self.counters.send_errors += dropped;
+        let i = usize::from(link.0);
+        if self.held_dropped.len() <= i {
+            self.held_dropped.resize(i + 1, 0);
+        }
+        self.held_dropped[i] += dropped;
+        self.departures_mut(link).clear();
+    }
+
+    /// Sealed datagrams the daemon held for `link` (never given to the kernel) and
+    /// dropped when its interface went down.
+    pub fn held_dropped(&self, link: LinkId) -> u64 {
+        self.held_dropped
+            .get(usize::from(link.0))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether `link` has datagrams waiting for its socket.
@@ -154,68 +194,100 @@ impl Session {
         true
     }
 
-    /// Retries the datagrams held for `link`, in order.
-    pub fn flush_held(
+    /// The kernel now holds `queued` bytes of `link`'s datagrams: reports to the engine
+    /// those that left since the last reading.
+    pub fn on_queued(&mut self, now: Instant, link: LinkId, queued: usize) {
+        let left = self.departures_mut(link).on_queued(queued);
+        for _ in 0..left {
+            self.engine.handle_tx_done(now, link);
+        }
+    }
+
+    /// Hands one sealed datagram to `link`'s socket. `Err` gives it back when the send
+    /// buffer is full.
+    fn send_one<L: LinkIo>(
         &mut self,
         now: Instant,
+        io: &mut L,
         link: LinkId,
-        mut send: impl FnMut(LinkId, &[u8]) -> Sent,
-    ) {
-        while let Some(d) = self.held_mut(link).pop_front() {
-            match send(link, &d) {
-                Sent::Ok => {
-                    self.counters.sent += 1;
-                    self.engine.handle_tx_done(now, link);
+        datagram: &[u8],
+    ) -> Result<(), ()> {
+        let before = match io.queued(link) {
+            // Nothing of ours waits in the kernel: no need to ask.
+            Some(_) if self.departures_mut(link).is_empty() => Some(0),
+            Some(q) => {
+                self.on_queued(now, link, q);
+                Some(q)
+            }
+            None => None,
+        };
+        match io.send(link, datagram) {
+            Sent::Ok => {
+                self.counters.sent += 1;
+                match (before, io.queued(link)) {
+                    (Some(before), Some(after)) => {
+                        let left = self
+                            .departures_mut(link)
+                            .on_sent(datagram.len(), before, after);
+                        for _ in 0..left {
+                            self.engine.handle_tx_done(now, link);
+                        }
+                    }
+                    // No reading: the kernel's acceptance is the departure.
+                    _ => self.engine.handle_tx_done(now, link),
                 }
-                Sent::WouldBlock => {
-                    self.held_mut(link).push_front(d);
-                    return;
-                }
-                Sent::Failed => {
-                    self.counters.send_errors += 1;
-                    self.engine.handle_tx_done(now, link);
-                }
+                Ok(())
+            }
+            Sent::WouldBlock => Err(()),
+            Sent::Failed => {
+                self.counters.send_errors += 1;
+                self.engine.handle_tx_done(now, link);
+                Ok(())
             }
         }
     }
 
-    /// Drives the engine's outputs: datagrams to `send`, inner packets to `deliver`.
-    pub fn pump(
+    /// Retries the datagrams held for `link`, in order.
+    pub fn flush_held<L: LinkIo>(&mut self, now: Instant, io: &mut L, link: LinkId) {
+        while let Some(d) = self.held_mut(link).pop_front() {
+            if self.send_one(now, io, link, &d).is_err() {
+                self.held_mut(link).push_front(d);
+                return;
+            }
+        }
+    }
+
+    /// Drives the engine's outputs: datagrams to `io`, inner packets to `deliver`.
+    pub fn pump<L: LinkIo>(
         &mut self,
         now: Instant,
-        mut send: impl FnMut(LinkId, &[u8]) -> Sent,
+        io: &mut L,
         mut deliver: impl FnMut(&mut [u8]) -> bool,
     ) {
+        // What a full send buffer pushed back goes first, in order.
+        for i in 0..self.held.len() {
+            if !self.held[i].is_empty() {
+                self.flush_held(now, io, LinkId(i as u16));
+            }
+        }
         if self.established() {
-            while let Some(t) = self.engine.poll_transmit(now, &mut self.buf) {
-                self.buf.truncate(t.len);
-                if self.keys.seal(&mut self.buf).is_err() {
+            let mut buf = std::mem::take(&mut self.buf);
+            while let Some(t) = self.engine.poll_transmit(now, &mut buf) {
+                buf.truncate(t.len);
+                if self.keys.seal(&mut buf).is_err() {
                     self.counters.send_errors += 1;
                     self.engine.handle_tx_done(now, t.link);
                     continue;
                 }
-                if self.has_held(t.link) {
-                    // Keep the link's order: behind what is already waiting.
-                    let d = self.buf.clone();
-                    self.held_mut(t.link).push_back(d);
-                    continue;
-                }
-                match send(t.link, &self.buf) {
-                    Sent::Ok => {
-                        self.counters.sent += 1;
-                        self.engine.handle_tx_done(now, t.link);
-                    }
-                    Sent::WouldBlock => {
+                // Keep the link's order: behind what is already waiting.
+                if self.has_held(t.link) || self.send_one(now, io, t.link, &buf).is_err() {
+                    if !self.has_held(t.link) {
                         self.counters.held_send_buffer_full += 1;
-                        let d = self.buf.clone();
-                        self.held_mut(t.link).push_back(d);
                     }
-                    Sent::Failed => {
-                        self.counters.send_errors += 1;
-                        self.engine.handle_tx_done(now, t.link);
-                    }
+                    self.held_mut(t.link).push_back(buf.clone());
                 }
             }
+            self.buf = buf;
         }
         while let Some(mut p) = self.engine.poll_deliver() {
             if deliver(&mut p) {
@@ -229,6 +301,16 @@ impl Session {
             tracing::info!(?ev, "engine event");
         }
     }
+}
+
+/// The sockets a session sends on.
+pub trait LinkIo {
+    /// Sends one datagram on `link`.
+    fn send(&mut self, link: LinkId, datagram: &[u8]) -> Sent;
+    /// Bytes of `link`'s datagrams the kernel still holds (`SIOCOUTQ`), when the socket
+    /// is the link's own; `None` when the kernel's acceptance is taken as the departure
+    /// (a socket shared by many links, as on the server).
+    fn queued(&self, link: LinkId) -> Option<usize>;
 }
 
 /// Maps a socket result to [`Sent`].

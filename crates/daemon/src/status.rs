@@ -48,8 +48,12 @@ pub struct LinkStatus {
     pub suspected: u64,
     /// Times down.
     pub went_down: u64,
-    /// Packets lost below the binding point when the interface went down.
+    /// Packets lost below the binding point when the interface went down: those the
+    /// daemon held plus those in the kernel's queue.
     pub dropped_below_binding: u64,
+    /// Of those, the sealed datagrams the daemon still held (never given to the kernel).
+    #[serde(default)]
+    pub held_dropped: u64,
     /// Reinjections from this link (not built yet: 0).
     pub reinjected: u64,
 }
@@ -188,6 +192,7 @@ impl SessionStatus {
                     suspected: ls.suspected,
                     went_down: ls.went_down,
                     dropped_below_binding: ls.dropped_below_binding,
+                    held_dropped: s.held_dropped(v.id),
                     reinjected: 0,
                 }
             })

@@ -84,6 +84,16 @@ impl Poller {
             .map_err(err)
     }
 
+    /// Registers `fd` edge-triggered for readability and writability: an event each time
+    /// data arrives and each time the kernel frees some of its send buffer (a datagram
+    /// left), as long as the socket is writable then. The owner reads until `WouldBlock`.
+    pub fn add_edge(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLET;
+        self.epoll
+            .add(fd, EpollEvent::new(flags, token))
+            .map_err(err)
+    }
+
     /// Changes whether `fd` is also watched for writability.
     pub fn modify(&self, fd: BorrowedFd<'_>, token: u64, writable: bool) -> io::Result<()> {
         let mut ev = EpollEvent::new(flags(writable), token);

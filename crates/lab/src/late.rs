@@ -18,13 +18,14 @@
 //!   scenario's application addresses is installed: the only path between the two
 //!   application ends is the tunnel.
 //! - The client's link `i` is `c{i}` with the server at `198.18.{i+1}.2:51820`; the
-//!   daemon's link sockets have the kernel's smallest send buffer (about two
-//!   datagrams), and `budget_packets` is the scenario's `[late] budget_packets`.
+//!   daemon counts its datagrams below the binding point until they leave the qdisc,
+//!   and `budget_packets` is the scenario's `[late] budget_packets`.
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
 //!   on their pid), so the lab's own real-time helpers do not starve them.
 //! - Before stopping them, the runner reads both daemons' status: the engine counters
-//!   go into the report's `engine`, the links' `dropped_below_binding` (bound datagrams
-//!   the client held when an interface went down) into `lost_at_outage_up`.
+//!   go into the report's `engine`, the links' `held_dropped` (bound datagrams the
+//!   client daemon held, not yet given to the kernel, when an interface went down) into
+//!   `lost_at_outage_up`.
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;

@@ -41,13 +41,14 @@
 //! - The applications talk over the tunnel (10.77.0.2 <-> 10.77.0.1); the daemons'
 //!   link sockets use the links' connected /24s, so no route is installed.
 //! - Shaping as in mode early, but the `pfifo` under `htb` holds the link's
-//!   `queue_packets`: the daemon's sockets (the kernel's smallest send buffer) keep it
+//!   `queue_packets`: the daemon counts its datagrams below the binding point until they
+//!   leave the qdisc (`SIOCOUTQ`), so the qdisc holds at most its budget; it keeps it
 //!   nearly empty, and what waits goes into the daemon's per-flow queues.
 //! - Outage: `c{i}` goes down in the client namespace (the daemon sees the netlink
 //!   event) and the emulator drops what the model loses; the server's side is not
 //!   touched: it learns of the cut through the protocol. Lost at the outage, uplink:
 //!   the qdisc's backlog at the cut plus the bound datagrams the client daemon still
-//!   held for that link (its status's `dropped_below_binding`).
+//!   held for that link (its status's `held_dropped`).
 //! - The report's `engine` is both daemons' counters, read just before they stop.
 //!
 //! # Mode `mptcp` (kernel multipath TCP; details in [`crate::mptcp`])
@@ -985,11 +986,12 @@ fn run_mode(
                     e.up.max_backlog,
                 )
             };
-            // Mode late: bound datagrams the client still held for the interface when
-            // it went down are lost with it, below the binding point.
+            // Mode late: bound datagrams the client daemon still held for the interface
+            // (never given to the kernel) when it went down are lost with it, below the
+            // binding point; what the kernel held is in the qdisc's count.
             let held_lost = client_session
                 .and_then(|s| s.links.iter().find(|l| usize::from(l.id) == i))
-                .map_or(0, |l| l.dropped_below_binding);
+                .map_or(0, |l| l.held_dropped);
             let reinjected = [client_session, server_session]
                 .iter()
                 .flatten()
