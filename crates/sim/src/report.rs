@@ -54,8 +54,10 @@ pub struct LinkReport {
     pub packets_sent: u64,
     /// Packets lost on the link after acceptance (random loss, outages).
     pub lost_on_link: u64,
-    /// Of those, lost to an outage, client -> server (what was committed to the link at
-    /// the client's side when it went away: the late-binding paper's handoff loss).
+    /// Of those, lost to an outage, client -> server: for a local outage, what was
+    /// committed to the link at the client's side when it went away (the late-binding
+    /// paper's handoff loss); for a remote one (`outage_local = false`), every packet that
+    /// left the client's side of the link during the outage.
     pub lost_at_outage_up: u64,
     /// Of those, lost to an outage, server -> client (in the network's queue or in flight).
     pub lost_at_outage_down: u64,

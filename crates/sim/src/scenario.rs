@@ -99,13 +99,28 @@ pub struct LinkSpec {
     /// Buffer at the link's bottleneck, packets.
     #[serde(default = "default_queue")]
     pub queue_packets: usize,
-    /// `[start_s, end_s)` intervals during which the link carries nothing.
+    /// `[start_s, end_s)` intervals during which the link carries nothing, in either
+    /// direction.
     #[serde(default)]
     pub outages: Vec<[f64; 2]>,
+    /// Where this link's outages happen. `true` (the default): the client's interface
+    /// goes down, and the client is told at once (the simulator's client engine gets
+    /// `LinkChange::Down` / `Up`; mode early moves its route; the lab sets `c{i}` down).
+    /// `false`: the path dies somewhere in the network and neither end is told: the
+    /// client's interface stays up and keeps sending at the link's rate, and every
+    /// packet that leaves it during the outage is lost (as is everything on the
+    /// downlink, as for a local outage); mode early keeps its route on the dead link,
+    /// as Linux does with a dead next hop.
+    #[serde(default = "yes")]
+    pub outage_local: bool,
 }
 
 fn default_queue() -> usize {
     1000
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[[flows]]`.
@@ -261,6 +276,7 @@ impl Scenario {
     }
 
     fn from_table(raw: toml::Table, path: &Path) -> Result<Self, ScenarioError> {
+        check_bools(&raw, path)?;
         let spec: ScenarioToml =
             raw.clone()
                 .try_into()
@@ -487,6 +503,29 @@ impl Scenario {
     }
 }
 
+/// The boolean link keys, checked before deserialization so that a wrong value is named
+/// with its table path (`links[1].outage_local`) like every other range error.
+fn check_bools(raw: &toml::Table, path: &Path) -> Result<(), ScenarioError> {
+    let Some(toml::Value::Array(links)) = raw.get("links") else {
+        return Ok(());
+    };
+    for (i, l) in links.iter().enumerate() {
+        if let Some(v) = l.get("outage_local")
+            && !v.is_bool()
+        {
+            return Err(ScenarioError::Invalid {
+                path: path.to_owned(),
+                key: format!("links[{i}].outage_local"),
+                value: v.to_string(),
+                expected: "true (the client's interface goes down) or false (the path dies \
+                           in the network, no end is told)"
+                    .to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn parse_value(text: &str) -> Option<toml::Value> {
     let wrapped: toml::Table = toml::from_str(&format!("v = {text}"))
         .or_else(|_| toml::from_str(&format!("v = \"{text}\"")))
@@ -591,6 +630,30 @@ rate_mbps = 1.0
             .unwrap_err()
             .to_string();
         assert!(e.contains("links[0].rate_mbps = (missing)"), "{e}");
+    }
+
+    #[test]
+    fn outage_local_defaults_to_true_and_takes_only_a_boolean() {
+        let s = load(MINIMAL).unwrap();
+        assert!(s.spec.links[0].outage_local);
+        let remote = s.with_overrides(["links.0.outage_local=false"]).unwrap();
+        assert!(!remote.spec.links[0].outage_local);
+        let e = load(&MINIMAL.replace("delay_ms = 20.0", "delay_ms = 20.0\noutage_local = \"no\""))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "t.toml: links[0].outage_local = \"no\": expected true (the client's interface \
+             goes down) or false (the path dies in the network, no end is told)"
+        );
+        let e = s
+            .with_overrides(["links.0.outage_local=1"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("links[0].outage_local = 1: expected true"),
+            "{e}"
+        );
     }
 
     #[test]

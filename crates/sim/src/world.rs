@@ -13,20 +13,29 @@
 //! sits in the network in front of the client (a base station), which the server cannot
 //! see: the server's datagrams leave its host at once.
 //!
+//! Outages: a link's outage is local by default (`outage_local = true`): the client's
+//! interface goes down and the uplink model loses what waits at the client's side of it
+//! (see `latebind_linkmodel`). A remote outage (`outage_local = false`) is a path dying in
+//! the network: the uplink model has no outage, so the client's side keeps serializing at
+//! the link's rate (its sender sees departures as usual), and the world loses every packet
+//! whose serialization ends inside the outage (counted in `lost_at_outage_up`); the
+//! downlink model drops as for a local outage. Neither end is told.
+//!
 //! Modes:
 //! - `late`: latebind engines at both ends; the client's engine is told at once when a
-//!   link's outage starts or ends (its interface goes down / up).
+//!   local outage starts or ends (its interface goes down / up), never of a remote one.
 //! - `early`: the Linux default. A packet is bound to the current route's interface when
 //!   it enters that interface's FIFO of `qdisc_packets + driver_packets`; when the
 //!   interface goes down, the FIFO's contents are lost and the route moves to the
-//!   lowest-numbered link that is up (and back when the first link returns). The server
+//!   lowest-numbered link that is up (and back when the first link returns); a remote
+//!   outage leaves the route where it is, as Linux does with a dead next hop. The server
 //!   follows the client's route at once (an optimistic baseline). A full FIFO tail-drops
 //!   UDP, but pushes back on TCP: Linux answers a full qdisc with NET_XMIT_DROP, TCP keeps
 //!   the segment in its write queue (above the binding point) and reduces its window, so
 //!   the sender waits instead of losing data. The simulator models that by not taking
 //!   packets from a TCP sender while the route's FIFO is full.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use core::time::Duration;
@@ -114,7 +123,19 @@ struct SimLink {
     up: LinkDirection<Vec<u8>>,
     down: LinkDirection<Vec<u8>>,
     tally: LinkTally,
+    /// The client's interface is down (a local outage).
     out: bool,
+    /// Remote outages (`outage_local = false`): the intervals, empty for a local link.
+    remote_outages: Vec<(Duration, Duration)>,
+    /// Remote outages: ids of uplink packets that left the client's side during one, in
+    /// departure order (the link never reorders); lost when they would arrive.
+    doomed: VecDeque<u64>,
+}
+
+impl SimLink {
+    fn remote_out(&self, t: Duration) -> bool {
+        self.remote_outages.iter().any(|&(a, b)| a <= t && t < b)
+    }
 }
 
 /// The simulator.
@@ -223,11 +244,15 @@ impl World {
                 Mode::Early => early_capacity,
                 Mode::Late => l.queue_packets,
             };
-            let up = LinkDirection::new(
-                params(rate_up, up_queue, false),
-                seed_for(seed, i, 0),
-                Duration::ZERO,
-            );
+            // A remote outage is not the client's interface going down: its side of the
+            // uplink keeps serializing, and the world drops what leaves it meanwhile.
+            let mut up_params = params(rate_up, up_queue, false);
+            let remote_outages = if l.outage_local {
+                Vec::new()
+            } else {
+                std::mem::take(&mut up_params.outages)
+            };
+            let up = LinkDirection::new(up_params, seed_for(seed, i, 0), Duration::ZERO);
             let down = LinkDirection::new(
                 params(rate_down, l.queue_packets, true),
                 seed_for(seed, i, 1),
@@ -238,6 +263,8 @@ impl World {
                 down,
                 tally: LinkTally::default(),
                 out: false,
+                remote_outages,
+                doomed: VecDeque::new(),
             });
         }
         let mut flows = Vec::new();
@@ -436,16 +463,36 @@ impl World {
     fn on_link_event(&mut self, i: usize, uplink: bool, ev: LinkEvent<Vec<u8>>, now: Duration) {
         let id = LinkId(i as u16);
         match ev {
-            LinkEvent::TxDone { .. } => {
+            LinkEvent::TxDone { id: packet } => {
+                if uplink && self.links[i].remote_out(now) {
+                    self.links[i].doomed.push_back(packet);
+                }
                 if uplink && let Some(c) = self.client.as_mut() {
                     c.handle_tx_done(now_i(now), id);
                 }
             }
-            LinkEvent::Delivered { payload, .. } => {
+            LinkEvent::Delivered {
+                id: packet,
+                payload,
+                ..
+            } => {
+                if uplink && self.links[i].doomed.front() == Some(&packet) {
+                    let l = &mut self.links[i];
+                    l.doomed.pop_front();
+                    l.tally.lost_on_link += 1;
+                    l.tally.lost_at_outage_up += 1;
+                    return;
+                }
                 let to = if uplink { Side::Server } else { Side::Client };
                 self.deliver(to, &payload);
             }
-            LinkEvent::Lost { reason, .. } => {
+            LinkEvent::Lost {
+                id: packet, reason, ..
+            } => {
+                // Lost anyway (random loss): counted once, below.
+                if uplink && self.links[i].doomed.front() == Some(&packet) {
+                    self.links[i].doomed.pop_front();
+                }
                 let t = &mut self.links[i].tally;
                 t.lost_on_link += 1;
                 if reason == DropReason::Outage {
@@ -456,6 +503,8 @@ impl World {
                     }
                 }
             }
+            // Only a local outage's uplink model has outages (see the module doc), so
+            // these are the client's interface going down and up.
             LinkEvent::OutageStart { .. } => {
                 if !uplink {
                     return;

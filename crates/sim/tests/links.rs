@@ -109,3 +109,62 @@ rate_mbps = 2.0
         );
     }
 }
+
+/// Two links, a UDP flow on the first; the first link is out from 1 s to 3 s, locally
+/// (the client's interface goes down) or remotely (`outage_local = false`).
+fn cut_scenario(local: bool) -> Scenario {
+    load(&format!(
+        r#"
+[scenario]
+name = "remote"
+duration_s = 4.0
+[[links]]
+name = "a"
+rate_mbps = 10.0
+delay_ms = 20.0
+outages = [[1.0, 3.0]]
+outage_local = {local}
+[[links]]
+name = "b"
+rate_mbps = 10.0
+delay_ms = 30.0
+[[flows]]
+name = "cbr"
+kind = "udp-cbr"
+rate_mbps = 2.0
+"#
+    ))
+}
+
+#[test]
+fn remote_outage_keeps_the_early_route_and_loses_what_leaves_the_interface() {
+    let local = run(&cut_scenario(true), Mode::Early).unwrap();
+    assert!(local.flows[0].lost <= 1, "{:?}", local.flows[0]);
+    let remote = run(&cut_scenario(false), Mode::Early).unwrap();
+    let (f, a) = (&remote.flows[0], &remote.links[0]);
+    // 1400-byte packets at 2 Mbit/s: one every 5.6 ms, so 357 or 358 leave in the 2 s
+    // outage. The route stays on the dead link: each of them leaves the client's
+    // interface (none is refused) and is lost in the network; the flow resumes on the
+    // same link at 3 s.
+    let period_s: f64 = 1400.0 * 8.0 / 2e6;
+    let in_outage = (2.0 / period_s).floor() as u64;
+    assert!((in_outage..=in_outage + 1).contains(&f.lost), "{f:?}");
+    assert_eq!(a.lost_at_outage_up, f.lost, "{a:?}");
+    assert_eq!(a.dropped_outage, 0, "{a:?}");
+    assert_eq!(remote.links[1].packets_sent, 0, "{:?}", remote.links[1]);
+    assert!(f.max_gap_ms > 2000.0 && f.max_gap_ms < 2000.0 + 2.0 * period_s * 1e3);
+}
+
+#[test]
+fn remote_outage_is_not_told_to_the_late_engine() {
+    // Told at once, the engine binds nothing more to the link; not told, it keeps the
+    // link until it notices, and what it sent there meanwhile is lost.
+    let local = run(&cut_scenario(true), Mode::Late).unwrap();
+    let remote = run(&cut_scenario(false), Mode::Late).unwrap();
+    assert_eq!(local.links[0].lost_at_outage_up, 0, "{:?}", local.links[0]);
+    assert!(
+        remote.links[0].lost_at_outage_up > 0,
+        "{:?}",
+        remote.links[0]
+    );
+}
