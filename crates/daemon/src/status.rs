@@ -54,8 +54,14 @@ pub struct LinkStatus {
     /// Of those, the sealed datagrams the daemon still held (never given to the kernel).
     #[serde(default)]
     pub held_dropped: u64,
-    /// Reinjections from this link (not built yet: 0).
+    /// Inner packets taken from this link for reinjection on others.
     pub reinjected: u64,
+    /// Times its reinjection timer expired.
+    #[serde(default)]
+    pub rej_expired: u64,
+    /// Time from its last acknowledgement to its latest reinjection, ms.
+    #[serde(default)]
+    pub last_reinject_after_ms: f64,
 }
 
 /// Engine counters, by reason.
@@ -91,12 +97,22 @@ pub struct EngineCounters {
     pub reorder_held: u64,
     /// Missing packets given up.
     pub reorder_gaps_skipped: u64,
-    /// Packets dropped because they came after their gap was given up.
-    pub late_dropped: u64,
+    /// Packets that came after their gap was given up (delivered out of order).
+    pub late_delivered: u64,
     /// Packets declared lost by loss detection.
     pub lost: u64,
-    /// Reinjected packets (not built yet: 0).
-    pub reinjected: u64,
+    /// Packets taken for reinjection: a link's reinjection timer expired.
+    pub reinjected_timer: u64,
+    /// Packets taken for reinjection: a link went down.
+    pub reinjected_link_down: u64,
+    /// Reinjected packets sent on another link.
+    pub reinjections_sent: u64,
+    /// Reinjections cancelled: the original was acknowledged before they went.
+    pub reinjections_cancelled: u64,
+    /// Reinjections sent although the original arrived too.
+    pub reinjections_spurious: u64,
+    /// Reinjections given up: no other link could take them in time.
+    pub reinjections_expired: u64,
 }
 
 /// One session (the client's, or one client at the server).
@@ -120,6 +136,12 @@ pub struct SessionStatus {
     pub reorder_held_now: usize,
     /// Reorder hold time, ms.
     pub hold_ms: f64,
+    /// Packets waiting to be reinjected on another link.
+    #[serde(default)]
+    pub reinject_pending: usize,
+    /// Longest time from a link's last acknowledgement to its reinjection, ms.
+    #[serde(default)]
+    pub reinject_after_max_ms: f64,
     /// Engine counters.
     pub engine: EngineCounters,
     /// Daemon counters.
@@ -193,7 +215,9 @@ impl SessionStatus {
                     went_down: ls.went_down,
                     dropped_below_binding: ls.dropped_below_binding,
                     held_dropped: s.held_dropped(v.id),
-                    reinjected: 0,
+                    reinjected: ls.reinjected,
+                    rej_expired: ls.rej_expired,
+                    last_reinject_after_ms: ms(ls.last_reinject_after),
                 }
             })
             .collect();
@@ -223,10 +247,17 @@ impl SessionStatus {
                 too_old_data: st.too_old_data,
                 reorder_held: st.reorder.held,
                 reorder_gaps_skipped: st.reorder.gaps_skipped,
-                late_dropped: st.reorder.late_dropped,
+                late_delivered: st.reorder.late_delivered,
                 lost: st.lost,
-                reinjected: 0,
+                reinjected_timer: st.reinjected_timer,
+                reinjected_link_down: st.reinjected_link_down,
+                reinjections_sent: st.reinjections_sent,
+                reinjections_cancelled: st.reinjections_cancelled,
+                reinjections_spurious: st.reinjections_spurious,
+                reinjections_expired: st.reinjections_expired,
             },
+            reinject_pending: e.reinject_pending(),
+            reinject_after_max_ms: ms(st.reinject_after_max),
             daemon: s.counters,
         }
     }
@@ -296,17 +327,29 @@ impl Status {
             let d = &ses.daemon;
             let _ = writeln!(
                 s,
-                "  drops: aqm {} overflow {} invalid {} malformed {} auth {} dup {} late {} gaps {} send-errors {} spoofed {}",
+                "  drops: aqm {} overflow {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
                 e.aqm_dropped,
                 e.overflow_dropped,
                 e.tun_invalid,
                 e.malformed,
                 d.auth_failed,
                 e.duplicate_packets + e.duplicate_data,
-                e.late_dropped,
                 e.reorder_gaps_skipped,
                 d.send_errors,
-                d.spoofed
+                d.spoofed,
+                e.late_delivered,
+            );
+            let _ = writeln!(
+                s,
+                "  reinjections: timer {} link-down {} sent {} cancelled {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
+                e.reinjected_timer,
+                e.reinjected_link_down,
+                e.reinjections_sent,
+                e.reinjections_cancelled,
+                e.reinjections_spurious,
+                e.reinjections_expired,
+                ses.reinject_pending,
+                ses.reinject_after_max_ms,
             );
         }
         let _ = writeln!(
@@ -341,6 +384,16 @@ impl Status {
             let _ = writeln!(s, "latebind_queued_packets{{{p}}} {}", ses.queued_packets);
             let _ = writeln!(s, "latebind_queued_bytes{{{p}}} {}", ses.queued_bytes);
             let _ = writeln!(s, "latebind_reorder_hold_ms{{{p}}} {}", ses.hold_ms);
+            let _ = writeln!(
+                s,
+                "latebind_reinject_pending{{{p}}} {}",
+                ses.reinject_pending
+            );
+            let _ = writeln!(
+                s,
+                "latebind_reinject_after_max_ms{{{p}}} {}",
+                ses.reinject_after_max_ms
+            );
             let engine = serde_json::to_value(&ses.engine).unwrap_or_default();
             let daemon = serde_json::to_value(ses.daemon).unwrap_or_default();
             for (prefix, v) in [("engine", engine), ("daemon", daemon)] {

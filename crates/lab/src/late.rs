@@ -268,7 +268,14 @@ pub fn engine_report(
         overflow_dropped: sum(&|s| s.engine.overflow_dropped),
         reorder_held: sum(&|s| s.engine.reorder_held),
         reorder_gaps_skipped: sum(&|s| s.engine.reorder_gaps_skipped),
-        late_dropped: sum(&|s| s.engine.late_dropped),
+        late_delivered: sum(&|s| s.engine.late_delivered),
+        reinjected_timer: sum(&|s| s.engine.reinjected_timer),
+        reinjected_link_down: sum(&|s| s.engine.reinjected_link_down),
+        reinjections_cancelled: sum(&|s| s.engine.reinjections_cancelled),
+        reinjections_expired: sum(&|s| s.engine.reinjections_expired),
+        reinject_after_max_ms: client
+            .map_or(0.0, |s| s.reinject_after_max_ms)
+            .max(server.map_or(0.0, |s| s.reinject_after_max_ms)),
         duplicate_data: sum(&|s| s.engine.duplicate_data),
         malformed: sum(&|s| s.engine.malformed),
         hold_ms: [

@@ -35,6 +35,11 @@
 //!   server's `s{i}` stays up, so uplink packets already propagating still arrive
 //!   (the simulator's uplink semantics); the emulator's models drop what the outage
 //!   takes on the link itself.
+//! - A remote outage (the link's `outage_local = false`, every mode): the runner touches
+//!   no interface and no route; only the emulator's models drop, in both directions, so
+//!   the client's qdisc keeps sending into the dead link at its rate. What the
+//!   emulator's uplink refuses meanwhile left the client: it counts as lost at the
+//!   outage, uplink (as in the simulator), not as refused.
 //!
 //! # Mode `late` (the latebind daemons; details in [`crate::late`])
 //!
@@ -711,9 +716,18 @@ fn run_mode(
         notes.push("helpers started less than 100 ms before scenario time 0".into());
     }
 
-    // The timeline: outage edges, qdisc samples.
+    // The timeline: outage edges (local outages only: a remote one is the emulator's
+    // alone), qdisc samples.
     let mut edges_todo: Vec<(u64, Edge)> = Vec::new();
     for (i, l) in spec.links.iter().enumerate() {
+        if !l.outage_local && !l.outages.is_empty() {
+            notes.push(format!(
+                "link {}: remote outages (outage_local = false): no interface or route \
+                 changes, the emulator's models drop everything",
+                l.name
+            ));
+            continue;
+        }
         for [a, b] in merged_outages(&l.outages) {
             edges_todo.push((base + a, Edge::Down(i)));
             if b < secs_ns(end_s) {
@@ -998,7 +1012,15 @@ fn run_mode(
                 .filter_map(|s| s.links.iter().find(|l| usize::from(l.id) == i))
                 .map(|l| l.reinjected)
                 .sum();
-            let lost_up = lost_up + held_lost;
+            // A remote outage leaves the client's interface up: what the emulator's uplink
+            // refused during it left the client and was lost on the link.
+            let remote_up = if spec.links[i].outage_local {
+                0
+            } else {
+                e.up.dropped_outage
+            };
+            let up_accepted = up_accepted + if shaped[i] { 0 } else { remote_up };
+            let lost_up = lost_up + held_lost + remote_up;
             LinkReport {
                 name: spec.links[i].name.clone(),
                 packets_sent: up_accepted + e.down.enqueued,
@@ -1006,7 +1028,7 @@ fn run_mode(
                 lost_at_outage_up: lost_up,
                 lost_at_outage_down: e.down.lost_outage,
                 dropped_queue_full: up_fifo_full + e.down.dropped_queue_full,
-                dropped_outage: e.up.dropped_outage + e.down.dropped_outage,
+                dropped_outage: e.up.dropped_outage - remote_up + e.down.dropped_outage,
                 max_queue_below_binding: max_below,
                 reinjected_from: reinjected,
             }
@@ -1025,9 +1047,13 @@ fn run_mode(
             reinjected: [client_session, server_session]
                 .iter()
                 .flatten()
-                .map(|s| s.engine.reinjected)
+                .map(|s| s.engine.reinjections_sent)
                 .sum(),
-            spurious_reinjections: 0,
+            spurious_reinjections: [client_session, server_session]
+                .iter()
+                .flatten()
+                .map(|s| s.engine.reinjections_spurious)
+                .sum(),
         },
         flows: flows_report,
         links: links_report,

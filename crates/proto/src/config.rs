@@ -81,9 +81,21 @@ pub struct Config {
     pub reorder_hold_min: Duration,
     /// Packets a single flow's reorder buffer may hold before it releases its head. Default 4096.
     pub reorder_limit_packets: usize,
-    /// Lower bound of the timeout after which a link with unacknowledged packets is
-    /// suspected dead. Default 50 ms.
+    /// Lower bound of the probe interval of a suspect link (its first probe goes at once;
+    /// later ones back off from the larger of this and the link's RTO-like timeout).
+    /// Default 50 ms.
     pub suspect_min: Duration,
+    /// The reinjection timer (fast-reinjection paper, equations 5-7): when it expires the
+    /// link becomes suspect and its unacknowledged inner packets are re-sent on the other
+    /// links. Default [`ReinjectTimer::SrttRttvarDelta`].
+    pub reinjection: ReinjectTimer,
+    /// Floor of the reinjection timer, counted from the last acknowledgement (or the send
+    /// that armed it), so that tiny RTTs and scheduling noise do not cause reinjections.
+    /// Default 10 ms.
+    pub rej_min: Duration,
+    /// A packet waiting to be reinjected (no other link could take it yet) is given up
+    /// after this long. Default 1 s.
+    pub reinject_max_age: Duration,
     /// Seed of the flow table's hash. Drivers should pass a secret random value so that
     /// remote senders cannot aim at hash collisions; tests and the simulator pass a
     /// fixed one. Default 0.
@@ -115,6 +127,9 @@ impl Default for Config {
             reorder_hold_min: Duration::from_millis(1),
             reorder_limit_packets: 4096,
             suspect_min: Duration::from_millis(50),
+            reinjection: ReinjectTimer::SrttRttvarDelta,
+            rej_min: Duration::from_millis(10),
+            reinject_max_age: Duration::from_secs(1),
             hash_seed: 0,
         }
     }
@@ -211,7 +226,64 @@ impl Config {
         if self.reorder_limit_packets == 0 {
             return Err(err("reorder_limit_packets", 0, "at least 1 packet"));
         }
+        nonzero_ms("reinject_max_age", self.reinject_max_age)?;
         Ok(())
+    }
+}
+
+/// When a link with unacknowledged packets is declared suspect and its packets are
+/// reinjected on the other links. Every variant adds the peer's `max_ack_delay` (an
+/// acknowledgement may wait that long) and keeps at least `rej_min` after the last
+/// acknowledgement. The timer is armed by a send on an idle link and re-armed by every
+/// acknowledgement of the link, duplicate ones included.
+#[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
+pub enum ReinjectTimer {
+    /// REJ = SRTT + RTTVAR - Δ, Δ the age of the oldest unacknowledged packet (equation 7):
+    /// the timer expires SRTT + RTTVAR after that packet was sent.
+    #[default]
+    SrttRttvarDelta,
+    /// REJ = SRTT + RTTVAR from the last acknowledgement (equation 5).
+    SrttRttvar,
+    /// REJ = min RTT + RTTVAR from the last acknowledgement (equation 6).
+    MinRttRttvar,
+    /// No reinjection: a link is suspected after SRTT + 4 RTTVAR + max_ack_delay (at least
+    /// `suspect_min`) without acknowledgement, and its packets are left to the inner
+    /// transport (the behaviour without this feature, for comparison).
+    Off,
+}
+
+impl ReinjectTimer {
+    /// The names used in configuration files and on the command line.
+    pub const NAMES: [&'static str; 4] =
+        ["srtt+rttvar-delta", "srtt+rttvar", "minrtt+rttvar", "off"];
+
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SrttRttvarDelta => Self::NAMES[0],
+            Self::SrttRttvar => Self::NAMES[1],
+            Self::MinRttRttvar => Self::NAMES[2],
+            Self::Off => Self::NAMES[3],
+        }
+    }
+}
+
+impl core::str::FromStr for ReinjectTimer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| {
+                [
+                    Self::SrttRttvarDelta,
+                    Self::SrttRttvar,
+                    Self::MinRttRttvar,
+                    Self::Off,
+                ][i]
+            })
+            .ok_or_else(|| format!("one of {}", Self::NAMES.join(", ")))
     }
 }
 

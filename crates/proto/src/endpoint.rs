@@ -20,21 +20,25 @@
 //! `handle_timeout` when it fires. `now` must never go backwards. `handle_timeout` is
 //! safe to call spuriously.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use core::time::Duration;
 
 use thiserror::Error;
 
 use crate::classify::{ClassifyError, classify};
-use crate::config::{Config, ConfigError, LinkConfig, Role};
+use crate::config::{Config, ConfigError, LinkConfig, ReinjectTimer, Role};
 use crate::fq::{Decision, FlowQueues, QueueStats};
 use crate::ids::LinkId;
-use crate::link::{Link, LinkState, LinkStats, LinkView, SentData, SentPacket};
+use crate::link::{Link, LinkState, LinkStats, LinkView, SentData, SentPacket, link_bit};
 use crate::policy::{BindPolicy, Binding, MinRtt, PacketMeta};
 use crate::reorder::{Dedup, Reorder, ReorderStats, Seen};
 use crate::time::Instant;
 use crate::wire;
+
+/// Size of the probes of a suspect link (QUIC's path-validation size: it fits every
+/// path that carries the tunnel's full-size datagrams).
+const PROBE_BYTES: usize = 1200;
 
 /// Links a server accepts from one client before it ignores new link ids.
 const MAX_LINKS: usize = 64;
@@ -78,6 +82,33 @@ pub enum Event {
         /// The link.
         link: LinkId,
     },
+    /// A link's unacknowledged inner packets were taken for reinjection on other links.
+    Reinjected {
+        /// The link they were sent on.
+        link: LinkId,
+        /// Why.
+        cause: ReinjectCause,
+        /// How many.
+        packets: usize,
+        /// Time since the link's last acknowledgement.
+        after_ack: Duration,
+    },
+}
+
+/// Why packets were reinjected.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum ReinjectCause {
+    /// The link's reinjection timer expired.
+    Timer,
+    /// The link went down (local interface, or the peer announced it).
+    LinkDown,
+}
+
+/// An inner packet waiting to be re-sent on another link.
+#[derive(Debug)]
+struct Pending {
+    data: SentData,
+    since: Instant,
 }
 
 /// Why a packet from the TUN side was refused.
@@ -132,6 +163,20 @@ pub struct EndpointStats {
     pub link_status_sent: u64,
     /// Packets the sender's loss detection declared lost, all links.
     pub lost: u64,
+    /// Inner packets taken for reinjection because a link's reinjection timer expired.
+    pub reinjected_timer: u64,
+    /// Inner packets taken for reinjection because a link went down.
+    pub reinjected_link_down: u64,
+    /// Reinjected packets sent on another link.
+    pub reinjections_sent: u64,
+    /// Reinjections cancelled before they were sent: the original was acknowledged.
+    pub reinjections_cancelled: u64,
+    /// Reinjections sent although the original arrived too (acknowledged later).
+    pub reinjections_spurious: u64,
+    /// Reinjections given up: no other link could take them within `reinject_max_age`.
+    pub reinjections_expired: u64,
+    /// Longest time from a link's last acknowledgement to its reinjection.
+    pub reinject_after_max: Duration,
 }
 
 /// A tunnel endpoint.
@@ -165,6 +210,14 @@ pub struct Endpoint {
     lost_scratch: Vec<SentPacket>,
     /// CoDel interval in force, refreshed when RTTs or link states change.
     codel_interval: Duration,
+    /// Inner packets waiting to be re-sent on another link, oldest first. They go ahead
+    /// of new data at the binding point.
+    reinject: VecDeque<Pending>,
+    /// Reinjected packets whose original is still unresolved on its link, by global
+    /// sequence: whether the reinjection was sent yet.
+    reinject_state: BTreeMap<u64, bool>,
+    reinject_scratch: Vec<SentData>,
+    reinject_views: Vec<LinkView>,
 }
 
 impl Endpoint {
@@ -200,6 +253,10 @@ impl Endpoint {
             any_paced: false,
             control_idle_until: Instant::ZERO,
             lost_scratch: Vec::new(),
+            reinject: VecDeque::new(),
+            reinject_state: BTreeMap::new(),
+            reinject_scratch: Vec::new(),
+            reinject_views: Vec::new(),
         })
     }
 
@@ -244,6 +301,11 @@ impl Endpoint {
     /// Flows tracked above the binding point.
     pub fn flow_count(&self) -> usize {
         self.queues.flow_count()
+    }
+
+    /// Inner packets waiting to be reinjected on another link.
+    pub fn reinject_pending(&self) -> usize {
+        self.reinject.len()
     }
 
     /// Packets held in reorder buffers.
@@ -377,12 +439,14 @@ impl Endpoint {
             return;
         };
         self.links_changed();
-        let l = &mut self.links[i];
         let local_down = change == LinkChange::Down;
         if local_down {
-            // What the driver held for this interface is lost with it.
-            l.drop_below_binding();
+            // What the driver held for this interface is lost with it, and what is in
+            // flight on it will not be acknowledged: re-send all of it elsewhere now.
+            self.reinject_from(now, i, ReinjectCause::LinkDown);
+            self.links[i].drop_below_binding();
         }
+        let l = &mut self.links[i];
         if l.local_down != local_down {
             l.announce = true;
         }
@@ -463,11 +527,11 @@ impl Endpoint {
             );
         }
         for frame in frames.flatten() {
-            self.apply_frame(now, frame);
+            self.apply_frame(now, li, frame);
         }
     }
 
-    fn apply_frame(&mut self, now: Instant, frame: wire::Frame<'_>) {
+    fn apply_frame(&mut self, now: Instant, arrived_on: usize, frame: wire::Frame<'_>) {
         match frame {
             wire::Frame::Padding | wire::Frame::Ping => {}
             wire::Frame::Ack(ack) => {
@@ -477,6 +541,14 @@ impl Endpoint {
                 let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
                 let out =
                     self.links[i].on_ack(now, ack.largest, delay, ack.ranges(), &mut self.pool);
+                if i == arrived_on && self.links[i].state == LinkState::Up {
+                    // Any acknowledgement that came back over the link itself, duplicate
+                    // ones included, shows the link is alive: it re-arms the timer.
+                    self.links[i].last_ack_time = now;
+                }
+                for g in &out.reinjected_acked {
+                    self.on_original_acked(*g);
+                }
                 if out.newly_acked > 0 {
                     self.refresh_codel_interval();
                 }
@@ -485,7 +557,8 @@ impl Endpoint {
                     self.links[i].probe_backoff = 0;
                     self.on_state_change(now, i, LinkState::Suspect, LinkState::Up);
                 }
-                self.on_lost(out.lost);
+                let mut out = out;
+                self.on_lost(std::mem::take(&mut out.lost));
             }
             wire::Frame::LossReport(report) => {
                 for e in report.entries() {
@@ -500,9 +573,14 @@ impl Endpoint {
                 let Some(i) = self.link_index(LinkId(link)) else {
                     return;
                 };
+                let peer_down = state == wire::LinkState::Down;
+                if peer_down && !self.links[i].peer_down {
+                    // The peer cannot use this link: what is in flight on it is lost.
+                    self.reinject_from(now, i, ReinjectCause::LinkDown);
+                }
                 let l = &mut self.links[i];
                 let local = l.local_down;
-                if let Some(from) = l.set_down_flags(local, state == wire::LinkState::Down) {
+                if let Some(from) = l.set_down_flags(local, peer_down) {
                     let to = l.state;
                     self.on_state_change(now, i, from, to);
                 }
@@ -540,7 +618,61 @@ impl Endpoint {
             if let Some(d) = p.data {
                 self.recycle(d.payload);
             }
+            if let Some(g) = p.reinjected {
+                // The original is resolved (lost): nothing left to cancel or count.
+                self.reinject_state.remove(&g);
+            }
         }
+    }
+
+    /// The original of a reinjected packet was acknowledged: cancel the reinjection if it
+    /// still waits, else count it as spurious.
+    fn on_original_acked(&mut self, gseq: u64) {
+        match self.reinject_state.remove(&gseq) {
+            Some(false) => {
+                if let Some(pos) = self.reinject.iter().position(|p| p.data.global_seq == gseq) {
+                    let p = self.reinject.remove(pos).expect("found");
+                    self.recycle(p.data.payload);
+                    self.stats.reinjections_cancelled += 1;
+                }
+            }
+            Some(true) => self.stats.reinjections_spurious += 1,
+            None => {}
+        }
+    }
+
+    /// Takes link `i`'s unacknowledged inner packets for reinjection on other links.
+    fn reinject_from(&mut self, now: Instant, i: usize, cause: ReinjectCause) {
+        if self.config.reinjection == ReinjectTimer::Off {
+            return;
+        }
+        let mut taken = std::mem::take(&mut self.reinject_scratch);
+        let n = self.links[i].take_unacked_data(&mut taken);
+        let after_ack = now - self.links[i].last_ack_time;
+        if n > 0 {
+            self.links[i].stats.last_reinject_after = after_ack;
+            self.stats.reinject_after_max = self.stats.reinject_after_max.max(after_ack);
+            match cause {
+                ReinjectCause::Timer => self.stats.reinjected_timer += n as u64,
+                ReinjectCause::LinkDown => self.stats.reinjected_link_down += n as u64,
+            }
+            self.events.push_back(Event::Reinjected {
+                link: self.links[i].id,
+                cause,
+                packets: n,
+                after_ack,
+            });
+        }
+        for data in taken.drain(..) {
+            self.reinject_state.insert(data.global_seq, false);
+            // Keep the queue in global order (packets from several links interleave).
+            let pos = self
+                .reinject
+                .partition_point(|p| p.data.global_seq < data.global_seq);
+            self.reinject.insert(pos, Pending { data, since: now });
+        }
+        self.reinject_scratch = taken;
+        self.links_changed();
     }
 
     fn on_state_change(&mut self, now: Instant, i: usize, from: LinkState, to: LinkState) {
@@ -577,11 +709,11 @@ impl Endpoint {
             let timeout = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
             match l.state {
                 LinkState::Up => {
-                    if let Some(oldest) = l.oldest_unacked()
-                        && oldest.max(l.last_ack_time) + timeout <= now
-                    {
+                    if l.rej_deadline(&self.config).is_some_and(|t| t <= now) {
                         l.state = LinkState::Suspect;
                         l.probe_backoff = 0;
+                        l.stats.rej_expired += 1;
+                        self.reinject_from(now, i, ReinjectCause::Timer);
                         self.on_state_change(now, i, LinkState::Up, LinkState::Suspect);
                     }
                 }
@@ -610,6 +742,7 @@ impl Endpoint {
             self.loss_report_due = self.links.iter().any(|l| l.rx.received > 0);
             self.next_loss_report = now + self.config.loss_report_interval;
         }
+        self.expire_reinjections(now);
         self.reorder.handle_timeout(now);
         if now >= self.next_housekeeping {
             self.queues.expire_idle(now);
@@ -656,6 +789,16 @@ impl Endpoint {
             .min_by_key(|&i| (self.links[i].state != LinkState::Up, self.links[i].rtt.srtt))
     }
 
+    /// Whether link `i`'s acknowledgement waits for a data packet to carry it: the link's
+    /// budget below the binding point is full and data waits above it, so an
+    /// acknowledgement alone would only queue behind that data. The next packet bound to
+    /// the link when a slot frees carries it (or it goes alone then). The departure that
+    /// frees the slot is an input, so no timer is needed meanwhile.
+    fn ack_deferred(&self, i: usize) -> bool {
+        self.links[i].below_len() >= self.config.budget_packets
+            && (!self.queues.is_empty() || !self.reinject.is_empty())
+    }
+
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if now < self.control_idle_until {
             return None;
@@ -665,6 +808,9 @@ impl Endpoint {
             let ack_due = self.links[i].rx.ack_deadline.is_some_and(|d| d <= now);
             let ping_due = self.links[i].ping_due.is_some_and(|d| d <= now);
             if !(ack_due || ping_due || announce && self.links[i].state != LinkState::Down) {
+                continue;
+            }
+            if !ping_due && !announce && !self.loss_report_due && self.ack_deferred(i) {
                 continue;
             }
             // Where this datagram goes: on link i itself if it can carry anything, else on
@@ -701,6 +847,10 @@ impl Endpoint {
                 self.links[i].stats.pings_sent += 1;
                 if self.links[i].state == LinkState::Suspect {
                     self.links[i].probe_backoff += 1;
+                    // A probe of a suspect link is padded: its answer then shows the link
+                    // carries full-size datagrams again, and a middlebox that keeps state
+                    // (carrier NAT) sees real traffic.
+                    wire::emit_padding(buf, PROBE_BYTES.saturating_sub(buf.len()));
                 }
                 eliciting = true;
             } else if ping_due {
@@ -733,12 +883,10 @@ impl Endpoint {
         None
     }
 
-    fn poll_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        if self.queues.is_empty() {
-            return None;
-        }
+    /// Brings the policy's link views up to date for a binding at `now`.
+    fn refresh_views(&mut self, now: Instant) {
         let budget = self.config.budget_packets;
-        let mut views = std::mem::take(&mut self.views);
+        let views = &mut self.views;
         if self.views_stale {
             views.clear();
             views.extend(self.links.iter().map(|l| l.view(now, budget)));
@@ -748,10 +896,91 @@ impl Endpoint {
                 v.pacer_next = l.pacer_next(now);
             }
         } else {
-            for v in &mut views {
+            for v in views.iter_mut() {
                 v.pacer_next = now;
             }
         }
+    }
+
+    /// Gives up reinjections that no link could take within `reinject_max_age`.
+    fn expire_reinjections(&mut self, now: Instant) {
+        let max_age = self.config.reinject_max_age;
+        while self
+            .reinject
+            .front()
+            .is_some_and(|p| p.since + max_age <= now)
+        {
+            let p = self.reinject.pop_front().expect("checked");
+            self.reinject_state.remove(&p.data.global_seq);
+            self.stats.reinjections_expired += 1;
+            self.recycle(p.data.payload);
+        }
+    }
+
+    /// The binding point for reinjections: the oldest waiting packet goes on the link the
+    /// policy prefers among those it was never sent on, if that link has room now.
+    fn poll_reinject(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.expire_reinjections(now);
+        let front = self.reinject.front()?;
+        let sent_on = front.data.sent_on;
+        let meta = PacketMeta {
+            flow: front.data.flow,
+            len: wire::DATA_OVERHEAD + front.data.payload.len(),
+            latency_sensitive: false,
+        };
+        self.refresh_views(now);
+        let mut views = std::mem::take(&mut self.reinject_views);
+        views.clear();
+        views.extend(self.views.iter().map(|v| {
+            let mut v = *v;
+            if sent_on & link_bit(v.id) != 0 {
+                // Never twice on one link: hide it from the policy.
+                v.state = LinkState::Down;
+            }
+            v
+        }));
+        let chosen = match self.policy.bind(now, &meta, &views) {
+            Binding::Link(id) => views
+                .iter()
+                .position(|v| v.id == id)
+                .filter(|&i| views[i].has_room(now)),
+            Binding::Wait => None,
+        };
+        self.reinject_views = views;
+        let li = chosen?;
+        let Pending { mut data, .. } = self.reinject.pop_front().expect("checked");
+        self.write_header(li, buf);
+        if self.links[li].rx.ack_deadline.is_some() {
+            self.write_ack(now, li, buf);
+        }
+        wire::emit_data(
+            buf,
+            data.global_seq as u32,
+            data.flow.0,
+            data.flow_seq as u32,
+            &data.payload,
+        )
+        .expect("the packet fitted a DATA frame when first sent");
+        data.sent_on |= link_bit(self.links[li].id);
+        if let Some(sent) = self.reinject_state.get_mut(&data.global_seq) {
+            *sent = true;
+        }
+        self.stats.reinjections_sent += 1;
+        self.links[li].stats.data_sent += 1;
+        Some(self.finish(now, li, buf, true, Some(data)))
+    }
+
+    fn poll_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if !self.reinject.is_empty()
+            && let Some(t) = self.poll_reinject(now, buf)
+        {
+            return Some(t);
+        }
+        if self.queues.is_empty() {
+            return None;
+        }
+        self.refresh_views(now);
+        let views = std::mem::take(&mut self.views);
         let policy = &mut self.policy;
         let taken = self.queues.dequeue_with(now, |flow, head| {
             let meta = PacketMeta {
@@ -785,6 +1014,7 @@ impl Endpoint {
             global_seq: gseq,
             flow,
             flow_seq,
+            sent_on: link_bit(self.links[li].id),
         };
         Some(self.finish(now, li, buf, true, Some(data)))
     }
@@ -903,16 +1133,21 @@ impl Endpoint {
             consider(Some(self.next_loss_report));
         }
         consider(self.reorder.next_deadline());
+        consider(
+            self.reinject
+                .iter()
+                .map(|p| p.since)
+                .min()
+                .map(|t| t + self.config.reinject_max_age),
+        );
         for (i, l) in self.links.iter().enumerate() {
-            consider(l.rx.ack_deadline);
+            if !self.ack_deferred(i) {
+                consider(l.rx.ack_deadline);
+            }
             consider(l.ping_due);
             consider(l.loss_time());
             let timeout = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
-            if l.state == LinkState::Up
-                && let Some(oldest) = l.oldest_unacked()
-            {
-                consider(Some(oldest.max(l.last_ack_time) + timeout));
-            }
+            consider(l.rej_deadline(&self.config));
             if l.state != LinkState::Down && l.ping_due.is_none() {
                 consider(Some(l.last_eliciting_sent + self.probe_interval(i)));
             }

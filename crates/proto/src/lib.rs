@@ -37,8 +37,8 @@ mod tests;
 pub mod time;
 pub mod wire;
 
-pub use config::{Config, ConfigError, LinkConfig, Role};
-pub use endpoint::{Endpoint, EndpointStats, Event, LinkChange, Transmit, TunError};
+pub use config::{Config, ConfigError, LinkConfig, ReinjectTimer, Role};
+pub use endpoint::{Endpoint, EndpointStats, Event, LinkChange, ReinjectCause, Transmit, TunError};
 pub use fq::QueueStats;
 pub use ids::{FlowId, LinkId};
 pub use link::{LinkState, LinkStats, LinkView};

@@ -18,6 +18,7 @@ use core::ops::RangeInclusive;
 use core::time::Duration;
 
 use crate::config::LinkConfig;
+use crate::config::ReinjectTimer;
 use crate::ids::{FlowId, LinkId};
 use crate::time::Instant;
 
@@ -75,17 +76,22 @@ impl Rtt {
     }
 }
 
-/// The inner packet a data datagram carried, kept until acknowledged or lost.
+/// The inner packet a data datagram carried, kept until acknowledged or lost, so that it
+/// can be reinjected on another link.
 #[derive(Debug)]
-#[expect(
-    dead_code,
-    reason = "the numbers are read when packets are reinjected on another link (issue 4)"
-)]
 pub(crate) struct SentData {
     pub(crate) payload: Vec<u8>,
     pub(crate) global_seq: u64,
     pub(crate) flow: FlowId,
     pub(crate) flow_seq: u64,
+    /// Every link this packet was sent on (bit `id % 64`): it is never sent twice on one.
+    pub(crate) sent_on: u64,
+}
+
+/// The bit of a link in [`SentData::sent_on`].
+#[inline]
+pub(crate) fn link_bit(id: LinkId) -> u64 {
+    1 << (id.0 % 64)
 }
 
 #[derive(Debug)]
@@ -97,6 +103,9 @@ pub(crate) struct SentPacket {
     pub(crate) eliciting: bool,
     pub(crate) size: usize,
     pub(crate) data: Option<SentData>,
+    /// The global sequence of the inner packet this datagram carried, once that packet
+    /// was taken for reinjection on another link (`data` is then `None`).
+    pub(crate) reinjected: Option<u64>,
     /// Link's delivered bytes when this was sent (delivery-rate sampling).
     delivered: u64,
     delivered_time: Instant,
@@ -314,6 +323,12 @@ pub struct LinkStats {
     pub suspected: u64,
     /// Times the link went down.
     pub went_down: u64,
+    /// Inner packets taken from this link for reinjection on others (timer or down).
+    pub reinjected: u64,
+    /// Times the reinjection timer expired on this link.
+    pub rej_expired: u64,
+    /// Time from the last acknowledgement to the latest reinjection from this link.
+    pub last_reinject_after: Duration,
     /// Duplicate or too-old packet numbers received (dropped).
     pub duplicate_packets: u64,
     /// PING probes sent.
@@ -375,6 +390,8 @@ pub(crate) struct Link {
     sent_base: u64,
     pub(crate) in_flight: usize,
     pub(crate) largest_acked: Option<u64>,
+    /// Last acknowledgement of this link, duplicate ones included (re-arms the
+    /// reinjection timer), or the send on an idle link that armed it.
     pub(crate) last_ack_time: Instant,
     /// Sizes of packets below the binding point (handed to the driver, not yet departed).
     below: VecDeque<(usize, Instant)>,
@@ -401,6 +418,9 @@ pub(crate) struct Link {
 pub(crate) struct AckOutcome {
     pub(crate) newly_acked: usize,
     pub(crate) lost: Vec<SentPacket>,
+    /// Global sequences of acknowledged packets whose inner packet had been taken for
+    /// reinjection: the original arrived after all.
+    pub(crate) reinjected_acked: Vec<u64>,
 }
 
 impl Link {
@@ -491,6 +511,10 @@ impl Link {
         let pn = self.next_pn;
         self.next_pn += 1;
         if eliciting {
+            if self.in_flight == 0 {
+                // A send on an idle link arms the reinjection timer.
+                self.last_ack_time = now;
+            }
             self.in_flight += 1;
             self.last_eliciting_sent = now;
         }
@@ -499,6 +523,7 @@ impl Link {
             eliciting,
             size,
             data,
+            reinjected: None,
             delivered: self.delivered,
             delivered_time: self.delivered_time,
         });
@@ -540,6 +565,12 @@ impl Link {
             };
         }
         self.last_tx_done = now;
+    }
+
+    /// Datagrams below the binding point.
+    #[inline]
+    pub(crate) fn below_len(&self) -> usize {
+        self.below.len()
     }
 
     /// Everything below the binding point is gone (the interface went down).
@@ -588,6 +619,9 @@ impl Link {
                 };
                 if pn == largest {
                     rtt_sample = Some(now - p.time);
+                }
+                if let Some(g) = p.reinjected {
+                    out.reinjected_acked.push(g);
                 }
                 if let Some(d) = p.data
                     && recycle.len() < RECYCLE_LIMIT
@@ -684,6 +718,44 @@ impl Link {
             }
         }
         self.trim_sent();
+    }
+
+    /// Takes the inner packets of every unacknowledged datagram of this link for
+    /// reinjection elsewhere; the records stay (in flight, subject to loss detection),
+    /// marked with the packet's global sequence so that a late acknowledgement can cancel
+    /// or count the reinjection.
+    pub(crate) fn take_unacked_data(&mut self, out: &mut Vec<SentData>) -> usize {
+        let mut n = 0;
+        for p in self.sent.iter_mut().flatten() {
+            if let Some(d) = p.data.take() {
+                p.reinjected = Some(d.global_seq);
+                out.push(d);
+                n += 1;
+            }
+        }
+        self.stats.reinjected += n as u64;
+        n
+    }
+
+    /// When the reinjection timer expires (`None`: nothing unacknowledged, or the link is
+    /// not up). See [`ReinjectTimer`].
+    pub(crate) fn rej_deadline(&self, config: &crate::config::Config) -> Option<Instant> {
+        if self.state != LinkState::Up {
+            return None;
+        }
+        let oldest = self.oldest_unacked()?;
+        let armed = self.last_ack_time.max(oldest);
+        let r = &self.rtt;
+        let mad = config.max_ack_delay;
+        let at = match config.reinjection {
+            ReinjectTimer::SrttRttvarDelta => oldest + r.srtt + r.rttvar + mad,
+            ReinjectTimer::SrttRttvar => armed + r.srtt + r.rttvar + mad,
+            ReinjectTimer::MinRttRttvar => armed + r.min + r.rttvar + mad,
+            ReinjectTimer::Off => {
+                return Some(armed + self.suspect_timeout(mad, config.suspect_min));
+            }
+        };
+        Some(at.max(armed + config.rej_min))
     }
 
     /// Send time of the oldest unacknowledged ack-eliciting packet.

@@ -5,8 +5,10 @@
 //! the whole tunnel: a gap in one flow never holds back another flow's packets, so an
 //! urgent packet is never stuck behind a missing bulk packet (see docs/protocol.md 5.2).
 //! A gap is waited for at most the hold time, counted from the arrival of the first
-//! packet behind it; then the gap is given up and later arrivals for it are dropped as late
-//! (the bonding slides' egress rule).
+//! packet behind it; then the gap is given up. A packet that arrives after its gap was
+//! given up (a reinjection, a slow path) is delivered at once, out of order: the
+//! duplicate filter has already made sure it is new, and a late packet is worth more to
+//! the application (or the inner TCP, which would otherwise retransmit it) than a drop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -93,8 +95,8 @@ pub struct ReorderStats {
     pub held: u64,
     /// Missing packets given up after the hold time (gaps skipped).
     pub gaps_skipped: u64,
-    /// Packets that arrived after their gap had been given up (dropped).
-    pub late_dropped: u64,
+    /// Packets that arrived after their gap had been given up (delivered out of order).
+    pub late_delivered: u64,
     /// Packets released early because a flow's reorder buffer was full.
     pub overflow_released: u64,
     /// Longest time a packet was held, nanoseconds.
@@ -165,7 +167,8 @@ impl Reorder {
         });
         f.last_active = now;
         if seq < f.next {
-            self.stats.late_dropped += 1;
+            self.stats.late_delivered += 1;
+            self.out.push_back(data);
             return;
         }
         if seq == f.next {
@@ -353,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn gap_not_filled_by_deadline_is_skipped_and_late_packet_dropped() {
+    fn gap_not_filled_by_deadline_is_skipped_and_late_packet_delivered_out_of_order() {
         let mut r = Reorder::new(100, 0);
         r.insert(t(0), HOLD, FlowId(1), 1, vec![1]);
         assert_eq!(r.next_deadline(), Some(t(50)));
@@ -363,8 +366,11 @@ mod tests {
         assert_eq!(drain(&mut r), vec![1]);
         assert_eq!(r.stats.gaps_skipped, 1);
         r.insert(t(60), HOLD, FlowId(1), 0, vec![0]);
-        assert!(drain(&mut r).is_empty());
-        assert_eq!(r.stats.late_dropped, 1);
+        assert_eq!(drain(&mut r), vec![0]);
+        assert_eq!(r.stats.late_delivered, 1);
+        // In order again after it.
+        r.insert(t(61), HOLD, FlowId(1), 2, vec![2]);
+        assert_eq!(drain(&mut r), vec![2]);
     }
 
     #[test]
@@ -408,6 +414,7 @@ mod tests {
             let mut now = t(0);
             let mut released: HashMap<u8, Vec<u64>> = HashMap::new();
             let mut deadline_of: HashMap<(u8, u64), Instant> = HashMap::new();
+            let mut late = 0u64;
             for (i, (seq, flow, dt)) in arrivals.into_iter().enumerate() {
                 now += Duration::from_millis(dt);
                 r.handle_timeout(now);
@@ -421,6 +428,18 @@ mod tests {
                 if d.check_and_insert(gseq) != Seen::New {
                     continue;
                 }
+                while let Some(p) = r.pop() {
+                    released.entry(p[0]).or_default().push(u64::from(p[1]));
+                }
+                if seq < r.expected(FlowId(flow as u32)) {
+                    // Its gap was given up: it goes out at once, out of order.
+                    r.insert(now, HOLD, FlowId(flow as u32), seq, vec![flow as u8, seq as u8, i as u8]);
+                    let p = r.pop();
+                    prop_assert_eq!(p.as_ref().map(|p| p[1]), Some(seq as u8));
+                    prop_assert!(r.pop().is_none());
+                    late += 1;
+                    continue;
+                }
                 deadline_of.insert((flow as u8, seq), now + HOLD);
                 r.insert(now, HOLD, FlowId(flow as u32), seq, vec![flow as u8, seq as u8, i as u8]);
                 while let Some(p) = r.pop() {
@@ -432,6 +451,7 @@ mod tests {
                     prop_assert!(w[0] < w[1], "out of order or twice: {:?}", seqs);
                 }
             }
+            prop_assert_eq!(r.stats.late_delivered, late);
         }
     }
 }

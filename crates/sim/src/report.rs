@@ -76,9 +76,9 @@ pub struct LinkReport {
 pub struct Totals {
     /// Sum of the flows' `lost`.
     pub lost: u64,
-    /// Reinjected packets (not built yet: always 0).
+    /// Reinjected packets sent on another link, both ends.
     pub reinjected: u64,
-    /// Reinjections whose original also arrived (not built yet: always 0).
+    /// Reinjections whose original also arrived (acknowledged later), both ends.
     pub spurious_reinjections: u64,
 }
 
@@ -95,8 +95,18 @@ pub struct EngineReport {
     pub reorder_held: u64,
     /// Missing packets given up after the hold time.
     pub reorder_gaps_skipped: u64,
-    /// Packets dropped because they arrived after their gap was given up.
-    pub late_dropped: u64,
+    /// Packets that arrived after their gap was given up (delivered out of order).
+    pub late_delivered: u64,
+    /// Packets taken for reinjection because a link's reinjection timer expired.
+    pub reinjected_timer: u64,
+    /// Packets taken for reinjection because a link went down.
+    pub reinjected_link_down: u64,
+    /// Reinjections cancelled before they went (the original was acknowledged).
+    pub reinjections_cancelled: u64,
+    /// Reinjections given up (no other link could take them in time).
+    pub reinjections_expired: u64,
+    /// Longest time from a link's last acknowledgement to its reinjection, ms.
+    pub reinject_after_max_ms: f64,
     /// Duplicate data frames dropped.
     pub duplicate_data: u64,
     /// Malformed datagrams dropped.
@@ -170,11 +180,15 @@ impl Report {
                 }
             })
             .collect();
+        let engine_sum = |f: &dyn Fn(&latebind_proto::Endpoint) -> u64| -> u64 {
+            outcome.engines.as_ref().map_or(0, |(c, s)| f(c) + f(s))
+        };
         let links = outcome
             .links
             .iter()
             .zip(link_names)
-            .map(|(t, name)| LinkReport {
+            .enumerate()
+            .map(|(i, (t, name))| LinkReport {
                 name: name.clone(),
                 packets_sent: t.packets_sent,
                 lost_on_link: t.lost_on_link,
@@ -183,7 +197,10 @@ impl Report {
                 dropped_queue_full: t.dropped_queue_full,
                 dropped_outage: t.dropped_outage,
                 max_queue_below_binding: t.max_queue_below_binding,
-                reinjected_from: 0,
+                reinjected_from: engine_sum(&|e| {
+                    e.link_stats(latebind_proto::LinkId(i as u16))
+                        .map_or(0, |s| s.reinjected)
+                }),
             })
             .collect();
         let engine = outcome.engines.as_ref().map(|(c, s)| {
@@ -194,7 +211,17 @@ impl Report {
                 overflow_dropped: cs.queues.overflow_dropped + ss.queues.overflow_dropped,
                 reorder_held: cs.reorder.held + ss.reorder.held,
                 reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
-                late_dropped: cs.reorder.late_dropped + ss.reorder.late_dropped,
+                late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,
+                reinjected_timer: cs.reinjected_timer + ss.reinjected_timer,
+                reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
+                reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
+                reinjections_expired: cs.reinjections_expired + ss.reinjections_expired,
+                reinject_after_max_ms: round3(
+                    cs.reinject_after_max
+                        .max(ss.reinject_after_max)
+                        .as_secs_f64()
+                        * 1e3,
+                ),
                 duplicate_data: cs.duplicate_data + ss.duplicate_data,
                 malformed: cs.malformed + ss.malformed,
                 hold_ms: [
@@ -210,8 +237,8 @@ impl Report {
             label: None,
             totals: Totals {
                 lost: flows.iter().map(|f| f.lost).sum(),
-                reinjected: 0,
-                spurious_reinjections: 0,
+                reinjected: engine_sum(&|e| e.stats().reinjections_sent),
+                spurious_reinjections: engine_sum(&|e| e.stats().reinjections_spurious),
             },
             flows,
             links,

@@ -12,7 +12,7 @@ use super::harness::{
     drop_packet, ms,
 };
 use crate::classify::DSCP_EF;
-use crate::{Event, Instant, LinkChange, LinkId, LinkState, LinkView};
+use crate::{Event, Instant, LinkChange, LinkId, LinkState, LinkView, ReinjectCause};
 
 /// Default `max_ack_delay`: a peer may hold an acknowledgement this long.
 const MAX_ACK_DELAY: Duration = Duration::from_millis(5);
@@ -183,7 +183,7 @@ fn udp_stream_over_two_links_delivered_once_in_order() {
     );
     let s = pair.server.stats();
     assert_eq!(s.reorder.gaps_skipped, 0);
-    assert_eq!(s.reorder.late_dropped, 0);
+    assert_eq!(s.reorder.late_delivered, 0);
     assert_eq!(s.duplicate_data, 0);
     assert_eq!(pair.client.stats().queues.aqm_dropped, 0);
 }
@@ -215,7 +215,7 @@ fn reordering_across_links_is_repaired() {
     let r = pair.server.stats().reorder;
     assert!(r.held > 0, "nothing was held: {r:?}");
     assert_eq!(r.gaps_skipped, 0, "{r:?}");
-    assert_eq!(r.late_dropped, 0, "{r:?}");
+    assert_eq!(r.late_delivered, 0, "{r:?}");
     assert_eq!(r.delivered, 400);
 }
 
@@ -280,7 +280,7 @@ fn lost_datagram_gap_skipped_after_hold_time() {
     assert_eq!(seqs, expected);
     let r = pair.server.stats().reorder;
     assert_eq!(r.gaps_skipped, 1);
-    assert_eq!(r.late_dropped, 0);
+    assert_eq!(r.late_delivered, 0);
     assert_eq!(
         r.max_hold_ns,
         HOLD.as_nanos() as u64,
@@ -421,9 +421,13 @@ fn silent_pair() -> Pair {
     pair
 }
 
-/// When the client should suspect link 0: the suspect timeout after the last ack
-/// that reached it. Call once every pre-silence ack has arrived.
-fn expected_suspect_time(pair: &Pair) -> Instant {
+/// When the client's reinjection timer on link 0 may expire (default REJ = SRTT +
+/// RTTVAR - Δ: SRTT + RTTVAR + max_ack_delay after the oldest unacknowledged packet was
+/// sent, at least `rej_min` = 10 ms after the last ack). Packets sent on link 0 from 10 ms (its
+/// one-way delay) + 4 ms (two packets waiting for a delayed ack) before the silence on
+/// can be the oldest unacknowledged, so the window is 14 ms wide. Call once every
+/// pre-silence ack has arrived.
+fn expected_rej_window(pair: &Pair) -> (Instant, Instant) {
     let last_ack = pair
         .arrivals
         .iter()
@@ -432,38 +436,56 @@ fn expected_suspect_time(pair: &Pair) -> Instant {
         .max()
         .expect("acks arrived");
     assert!(last_ack < SILENT_FROM + ms(10));
-    last_ack + suspect_timeout(&pair.view(Side::Client, 0))
-}
-
-/// A link's suspect timeout with the default configuration: SRTT + max(4 RTTVAR, 1 ms) +
-/// max_ack_delay, at least `suspect_min` (50 ms).
-fn suspect_timeout(v: &LinkView) -> Duration {
-    (v.srtt + (v.rttvar * 4).max(ms(1)) + MAX_ACK_DELAY).max(ms(50))
+    let v = pair.view(Side::Client, 0);
+    let rej = v.srtt + v.rttvar + MAX_ACK_DELAY;
+    let lo = (SILENT_FROM.saturating_sub(ms(14)) + rej).max(last_ack + ms(10));
+    let hi = (SILENT_FROM + rej).max(last_ack + ms(10));
+    (lo, hi)
 }
 
 #[test]
-fn silent_link_still_up_just_before_suspect_timeout() {
+fn silent_link_still_up_before_its_reinjection_timer() {
     let mut pair = silent_pair();
     pair.drive_until(SILENT_FROM + ms(11));
-    let suspect_at = expected_suspect_time(&pair);
-    pair.drive_until(suspect_at.saturating_sub(ms(1)));
+    let (lo, _) = expected_rej_window(&pair);
+    pair.drive_until(lo.saturating_sub(ms(1)));
     assert_eq!(pair.view(Side::Client, 0).state, LinkState::Up);
     assert!(state_changes(&pair, Side::Client, 0).is_empty());
 }
 
 #[test]
-fn silent_link_becomes_suspect_and_recovers() {
+fn silent_link_is_suspected_at_its_reinjection_timer_its_packets_reinjected_and_it_recovers() {
     let mut pair = silent_pair();
     pair.drive_until(SILENT_FROM + ms(11));
-    let suspect_at = expected_suspect_time(&pair);
-    pair.drive_until(suspect_at + ms(1));
+    let (lo, hi) = expected_rej_window(&pair);
+    pair.drive_until(hi + ms(1));
     assert_eq!(pair.view(Side::Client, 0).state, LinkState::Suspect);
     let changes = state_changes(&pair, Side::Client, 0);
-    assert_eq!(
-        changes,
-        vec![(suspect_at, LinkState::Up, LinkState::Suspect)],
-        "suspected exactly at the timeout"
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let (suspect_at, from, to) = changes[0];
+    assert_eq!((from, to), (LinkState::Up, LinkState::Suspect));
+    assert!(
+        suspect_at >= lo && suspect_at <= hi,
+        "suspected at {suspect_at:?}, expected within {lo:?}..={hi:?}"
     );
+    // Its unacknowledged packets were taken for reinjection at that instant.
+    let reinjected: Vec<_> = pair
+        .events(Side::Client)
+        .iter()
+        .filter_map(|(t, e)| match e {
+            Event::Reinjected {
+                link,
+                cause,
+                packets,
+                ..
+            } if *link == LinkId(0) => Some((*t, *cause, *packets)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reinjected.len(), 1, "{reinjected:?}");
+    assert_eq!(reinjected[0].0, suspect_at);
+    assert_eq!(reinjected[0].1, ReinjectCause::Timer);
+    assert!(reinjected[0].2 >= 1);
 
     pair.drive_bounded();
     let changes = state_changes(&pair, Side::Client, 0);
@@ -485,7 +507,22 @@ fn silent_link_becomes_suspect_and_recovers() {
         data_on(&pair, 1, suspect_at, up_at) > 100,
         "link 1 carried it"
     );
-    check_once_in_order(&pair.delivered_inner(Side::Server));
+    // Nothing was lost: what the silence swallowed was reinjected on link 1.
+    let delivered = pair.delivered_inner(Side::Server);
+    let seqs: BTreeSet<u32> = delivered.iter().map(|d| d.seq).collect();
+    assert_eq!(seqs.len(), delivered.len(), "delivered twice");
+    assert_eq!(
+        seqs.len(),
+        900,
+        "missing: {:?}",
+        (0..900).filter(|s| !seqs.contains(s)).collect::<Vec<_>>()
+    );
+    let st = pair.client.stats();
+    assert_eq!(st.reinjected_timer, reinjected[0].2 as u64);
+    assert_eq!(
+        st.reinjections_sent,
+        st.reinjected_timer - st.reinjections_cancelled
+    );
 }
 
 /// Link 1 streams while link 0 is down; link 0 (20 ms RTT against 60 ms) comes back up
@@ -541,6 +578,13 @@ fn fresh_pair_first_packets_go_on_measured_fast_link() {
 
 // ---- A down link gives up its unacknowledged packets (boundary pair) ----
 
+/// A link's RTO-like timeout with the default configuration: SRTT + max(4 RTTVAR, 1 ms) +
+/// max_ack_delay, at least `suspect_min` (50 ms). A down or suspect link's unacknowledged
+/// packets are declared lost after three of them.
+fn suspect_timeout(v: &LinkView) -> Duration {
+    (v.srtt + (v.rttvar * 4).max(ms(1)) + MAX_ACK_DELAY).max(ms(50))
+}
+
 /// Link 0 (10 ms) goes silent at 100 ms, just as a packet is bound to it, and goes down
 /// at 101 ms. Returns the pair and the instant that packet should expire: three suspect
 /// timeouts after it was sent.
@@ -558,6 +602,37 @@ fn down_link_with_unacked_data() -> (Pair, Instant) {
     let v = pair.view(Side::Client, 0);
     assert_eq!((v.state, v.in_flight), (LinkState::Down, 1));
     (pair, sent_at + suspect_timeout(&v) * 3)
+}
+
+/// The packet in flight on the link that went down is reinjected on link 1 at once (no
+/// timer) and delivered.
+#[test]
+fn down_link_unacked_packet_reinjected_at_once_and_delivered() {
+    let (mut pair, _) = down_link_with_unacked_data();
+    let ev: Vec<_> = pair
+        .events(Side::Client)
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::Reinjected { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(matches!(
+        ev[0],
+        (t, Event::Reinjected { link: LinkId(0), cause: ReinjectCause::LinkDown, packets: 1, .. })
+            if t == at_ms(101)
+    ));
+    pair.drive_until(at_ms(102));
+    assert_eq!(
+        data_on(&pair, 1, at_ms(101), at_ms(102)),
+        1,
+        "re-sent on link 1 at once"
+    );
+    pair.drive_bounded();
+    let per_flow = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(per_flow.get(&9400), Some(&vec![0]));
+    let st = pair.client.stats();
+    assert_eq!((st.reinjected_link_down, st.reinjections_sent), (1, 1));
+    assert_eq!(st.reinjections_spurious, 0);
 }
 
 #[test]
