@@ -5,7 +5,10 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use core::time::Duration;
+
 use latebind_crypto::{PublicKey, StaticSecret};
+use latebind_proto::ReinjectTimer;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -81,6 +84,11 @@ pub struct ClientSection {
     /// Packets per link below the binding point. Default 2.
     #[serde(default = "default_budget")]
     pub budget_packets: usize,
+    /// Reinjection timer: `srtt+rttvar-delta` (default), `srtt+rttvar`,
+    /// `minrtt+rttvar` or `off`.
+    pub reinjection: Option<String>,
+    /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
+    pub rej_min_ms: Option<f64>,
 }
 
 /// `[[links]]` of a client.
@@ -134,6 +142,11 @@ pub struct ServerSection {
     /// Packets per link below the binding point. Default 2.
     #[serde(default = "default_budget")]
     pub budget_packets: usize,
+    /// Reinjection timer: `srtt+rttvar-delta` (default), `srtt+rttvar`,
+    /// `minrtt+rttvar` or `off`.
+    pub reinjection: Option<String>,
+    /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
+    pub rej_min_ms: Option<f64>,
 }
 
 /// `[[peers]]`: a client the server accepts.
@@ -175,6 +188,8 @@ pub struct ClientConfig {
     pub routes: Vec<(Ipv4Addr, u8)>,
     /// Control socket path.
     pub control_socket: PathBuf,
+    /// Reinjection timer and its floor.
+    pub reinjection: (ReinjectTimer, Duration),
 }
 
 /// A validated server configuration.
@@ -190,6 +205,8 @@ pub struct ServerConfig {
     pub peers: Vec<(PublicKey, Ipv4Addr, String)>,
     /// Control socket path.
     pub control_socket: PathBuf,
+    /// Reinjection timer and its floor.
+    pub reinjection: (ReinjectTimer, Duration),
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -278,6 +295,35 @@ impl V<'_> {
         }
     }
 
+    fn reinjection(
+        &self,
+        section: &str,
+        timer: Option<&String>,
+        floor_ms: Option<f64>,
+    ) -> Result<(ReinjectTimer, Duration), ConfigError> {
+        let defaults = latebind_proto::Config::default();
+        let timer = match timer {
+            Some(t) => t
+                .parse::<ReinjectTimer>()
+                .map_err(|e| self.err(format!("{section}.reinjection"), format!("{t:?}"), &e))?,
+            None => defaults.reinjection,
+        };
+        let floor = match floor_ms {
+            Some(ms) if ms.is_finite() && (0.0..=10_000.0).contains(&ms) => {
+                Duration::from_secs_f64(ms / 1e3)
+            }
+            Some(ms) => {
+                return Err(self.err(
+                    format!("{section}.rej_min_ms"),
+                    ms,
+                    "a time from 0 to 10000 ms",
+                ));
+            }
+            None => defaults.rej_min,
+        };
+        Ok((timer, floor))
+    }
+
     fn ifname(&self, key: &str, name: &str) -> Result<(), ConfigError> {
         if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
             return Err(self.err(
@@ -317,6 +363,7 @@ impl ClientConfig {
             .collect::<Result<Vec<_>, _>>()?;
         v.ifname("client.tun", &c.tun)?;
         v.budget("client.budget_packets", c.budget_packets)?;
+        let reinjection = v.reinjection("client", c.reinjection.as_ref(), c.rej_min_ms)?;
         if let Some(m) = c.mtu
             && !(576..=9000).contains(&m)
         {
@@ -348,6 +395,7 @@ impl ClientConfig {
             address,
             routes,
             control_socket,
+            reinjection,
             file,
         })
     }
@@ -373,6 +421,7 @@ impl ServerConfig {
         let address = v.cidr("server.address", &s.address)?;
         v.ifname("server.tun", &s.tun)?;
         v.budget("server.budget_packets", s.budget_packets)?;
+        let reinjection = v.reinjection("server", s.reinjection.as_ref(), s.rej_min_ms)?;
         if s.listen.is_empty() {
             return Err(v.err(
                 "server.listen",
@@ -414,7 +463,67 @@ impl ServerConfig {
             address,
             peers,
             control_socket,
+            reinjection,
             file,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example client file with real keys and `extra` lines added to `[client]`.
+    fn client_text(extra: &str) -> String {
+        let key = StaticSecret::from_random_bytes([7; 32]);
+        let server = StaticSecret::from_random_bytes([9; 32]).public_key();
+        include_str!("../../../examples/client.toml")
+            .replace(
+                "\"REPLACE: output of `latebind genkey`\"",
+                &format!("\"{}\"", key.to_base64()),
+            )
+            .replace(
+                "\"REPLACE: `latebind pubkey < server.key`\"",
+                &format!("\"{server}\""),
+            )
+            .replace(
+                "reinjection = \"srtt+rttvar-delta\"\nrej_min_ms = 10.0\n",
+                extra,
+            )
+    }
+
+    #[test]
+    fn example_client_file_parses_with_the_default_reinjection() {
+        let c = ClientConfig::parse(Path::new("c.toml"), &client_text("")).unwrap();
+        assert_eq!(
+            c.reinjection,
+            (ReinjectTimer::SrttRttvarDelta, Duration::from_millis(10))
+        );
+        let c = ClientConfig::parse(
+            Path::new("c.toml"),
+            &client_text("reinjection = \"minrtt+rttvar\"\nrej_min_ms = 2.5\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.reinjection,
+            (ReinjectTimer::MinRttRttvar, Duration::from_micros(2500))
+        );
+    }
+
+    #[test]
+    fn bad_reinjection_keys_name_key_value_and_expectation() {
+        let e = ClientConfig::parse(Path::new("c.toml"), &client_text("reinjection = \"rto\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("client.reinjection = \"rto\""), "{e}");
+        assert!(
+            e.contains("srtt+rttvar-delta, srtt+rttvar, minrtt+rttvar, off"),
+            "{e}"
+        );
+        let e = ClientConfig::parse(Path::new("c.toml"), &client_text("rej_min_ms = -1.0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("client.rej_min_ms = -1"), "{e}");
+        assert!(e.contains("0 to 10000 ms"), "{e}");
     }
 }
