@@ -21,7 +21,8 @@
 //!   driver_packets` at `c{i}` (the kernel's stack binds early); outages as in mode
 //!   late: `c{i}` goes down in the client namespace (the kernel removes its routes) and
 //!   the emulator drops what the model loses; the server's side is not touched. At an
-//!   outage's end the runner puts `c{i}` up and its routes back.
+//!   outage's end the runner puts `c{i}` up and its routes back. A remote outage
+//!   (`outage_local = false`) touches nothing: only the emulator drops.
 
 use std::net::Ipv4Addr;
 
@@ -105,13 +106,17 @@ pub fn setup(links: &[LinkAddrs]) -> (Vec<String>, Vec<String>) {
     (client, server)
 }
 
-/// The link whose address a flow starting at `start_s` binds: the first one not out.
+/// The link whose address a flow starting at `start_s` binds: the first one whose
+/// interface is not down (a remote outage leaves the interface up: the client cannot
+/// know the path is dead).
 pub fn initial_link(scenario: &Scenario, start_s: f64) -> usize {
     scenario
         .spec
         .links
         .iter()
-        .position(|l| !l.outages.iter().any(|[a, b]| *a <= start_s && start_s < *b))
+        .position(|l| {
+            !l.outage_local || !l.outages.iter().any(|[a, b]| *a <= start_s && start_s < *b)
+        })
         .unwrap_or(0)
 }
 
@@ -173,5 +178,8 @@ mod tests {
         let s = scenario("");
         assert_eq!(initial_link(&s, 0.5), 1);
         assert_eq!(initial_link(&s, 1.0), 0);
+        // A remote outage: the interface is up, the client binds it.
+        let s = s.with_overrides(["links.0.outage_local=false"]).unwrap();
+        assert_eq!(initial_link(&s, 0.5), 0);
     }
 }
