@@ -84,6 +84,8 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         dir.join("server.sock").display()
     )?;
     writeln!(server, "budget_packets = {budget}")?;
+    writeln!(server, "reinjection = {:?}", spec.late.reinjection)?;
+    writeln!(server, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
     writeln!(server, "\n[[peers]]\nname = \"client\"")?;
     writeln!(server, "public_key = \"{}\"", client_key.public_key())?;
     writeln!(server, "address = \"{CLIENT_TUN}\"")?;
@@ -105,6 +107,8 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         dir.join("client.sock").display()
     )?;
     writeln!(client, "budget_packets = {budget}")?;
+    writeln!(client, "reinjection = {:?}", spec.late.reinjection)?;
+    writeln!(client, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
     for l in links {
         let name = &spec.links[l.index].name;
         let unique = spec.links.iter().filter(|o| &o.name == name).count() == 1;
@@ -310,6 +314,7 @@ mod tests {
         assert_eq!(c.server_key, s.private_key.public_key());
         assert_eq!(c.address, (CLIENT_TUN, 24));
         assert_eq!(c.file.client.budget_packets, 3);
+        assert_eq!(c.reinjection.0.name(), "srtt+rttvar-delta");
         assert_eq!(c.control_socket, dir.join("client.sock"));
         assert_eq!(c.file.links.len(), 2);
         assert_eq!(c.file.links[0].name, "wi\"fi");

@@ -163,6 +163,32 @@ pub struct LateKnobs {
     /// Default binding policy.
     #[serde(default = "min_rtt")]
     pub policy: String,
+    /// Reinjection timer: srtt+rttvar-delta (default), srtt+rttvar, minrtt+rttvar, off.
+    #[serde(default = "default_reinjection")]
+    pub reinjection: String,
+    /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
+    #[serde(default = "default_rej_min_ms")]
+    pub rej_min_ms: f64,
+}
+
+fn default_reinjection() -> String {
+    latebind_proto::Config::default().reinjection.name().into()
+}
+
+fn default_rej_min_ms() -> f64 {
+    latebind_proto::Config::default().rej_min.as_secs_f64() * 1e3
+}
+
+impl LateKnobs {
+    /// The reinjection timer (validated when the scenario is loaded).
+    pub fn reinjection_timer(&self) -> latebind_proto::ReinjectTimer {
+        self.reinjection.parse().unwrap_or_default()
+    }
+
+    /// The reinjection timer's floor.
+    pub fn rej_min(&self) -> core::time::Duration {
+        core::time::Duration::from_secs_f64(self.rej_min_ms.max(0.0) / 1e3)
+    }
 }
 
 fn two() -> usize {
@@ -178,6 +204,8 @@ impl Default for LateKnobs {
         Self {
             budget_packets: 2,
             policy: min_rtt(),
+            reinjection: default_reinjection(),
+            rej_min_ms: default_rej_min_ms(),
         }
     }
 }
@@ -475,6 +503,20 @@ impl Scenario {
                 "min-rtt (aggregate, overflow and redundant are not built yet)",
             ));
         }
+        if let Err(e) = s.late.reinjection.parse::<latebind_proto::ReinjectTimer>() {
+            return Err(self.invalid(
+                "late.reinjection".into(),
+                format!("{:?}", s.late.reinjection),
+                &e,
+            ));
+        }
+        if !(s.late.rej_min_ms.is_finite() && (0.0..=10_000.0).contains(&s.late.rej_min_ms)) {
+            return Err(self.invalid(
+                "late.rej_min_ms".into(),
+                s.late.rej_min_ms,
+                "a time from 0 to 10000 ms",
+            ));
+        }
         if s.early.qdisc_packets + s.early.driver_packets == 0 {
             return Err(self.invalid(
                 "early.driver_packets".into(),
@@ -673,5 +715,35 @@ rate_mbps = 1.0
             s.with_overrides(["nonsense"]),
             Err(ScenarioError::Override(_))
         ));
+    }
+
+    #[test]
+    fn reinjection_keys_default_and_are_validated() {
+        let s = load(MINIMAL).unwrap();
+        assert_eq!(
+            s.spec.late.reinjection_timer(),
+            latebind_proto::ReinjectTimer::SrttRttvarDelta
+        );
+        assert_eq!(s.spec.late.rej_min(), core::time::Duration::from_millis(10));
+        let t = s
+            .with_overrides(["late.reinjection=\"off\"", "late.rej_min_ms=2.5"])
+            .unwrap();
+        assert_eq!(
+            t.spec.late.reinjection_timer(),
+            latebind_proto::ReinjectTimer::Off
+        );
+        let e = s
+            .with_overrides(["late.reinjection=\"rto\""])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("late.reinjection = \"rto\": expected one of srtt+rttvar-delta"),
+            "{e}"
+        );
+        let e = s
+            .with_overrides(["late.rej_min_ms=-1.0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("late.rej_min_ms = -1"), "{e}");
     }
 }

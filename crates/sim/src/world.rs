@@ -316,6 +316,10 @@ impl World {
                 cc.budget_packets(spec.late.budget_packets);
                 let mut sc = Config::new(Role::Server);
                 sc.budget_packets(spec.late.budget_packets);
+                for c in [&mut cc, &mut sc] {
+                    c.reinjection = spec.late.reinjection_timer();
+                    c.rej_min = spec.late.rej_min();
+                }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {
                         path: scenario.path.clone(),
