@@ -139,7 +139,9 @@ pub struct FlowToml {
     pub start_s: f64,
     /// Stop time (default: the scenario's end).
     pub stop_s: Option<f64>,
-    /// udp-cbr rate.
+    /// udp-cbr: the rate of whole IP packets (required). tcp-bulk: the application's
+    /// write rate, payload bits (optional; without it the application keeps the socket's
+    /// buffer full and TCP alone sets the pace).
     pub rate_mbps: Option<f64>,
     /// IP packet size (UDP kinds) or IP MTU (tcp-bulk).
     pub packet_bytes: Option<usize>,

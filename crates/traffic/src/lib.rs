@@ -78,7 +78,8 @@ impl Direction {
 /// What a flow sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlowKind {
-    /// `tcp-bulk`: a TCP connection that sends as fast as TCP allows.
+    /// `tcp-bulk`: a TCP connection that sends as fast as TCP allows, or, with a rate,
+    /// whose application writes at that rate.
     TcpBulk,
     /// `udp-cbr`: UDP packets at a constant bit rate.
     UdpCbr,
@@ -142,7 +143,9 @@ pub struct FlowSpec {
     /// When the flow stops sending (udp-cbr sends while `t < stop`; tcp-bulk stops
     /// writing new data at `stop`).
     pub stop: Duration,
-    /// udp-cbr: sending rate in bits of whole IP packets per second.
+    /// udp-cbr: sending rate in bits of whole IP packets per second. tcp-bulk: the
+    /// application's write rate in bits of payload per second (an application-limited
+    /// sender), or 0 for a sender that keeps its socket buffer full.
     pub rate_bps: f64,
     /// UDP kinds: total IPv4 packet size (at least 52 = headers + probe payload);
     /// tcp-bulk: the IP MTU of both TCP ends (MSS = `packet_bytes - 40`).

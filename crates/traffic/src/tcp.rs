@@ -7,8 +7,12 @@
 //! scaling is on; Cubic; Nagle on, see [`NAGLE`]; smoltcp's default delayed ACK of 10 ms). The
 //! sending end connects at `start` to the listener on the other end and keeps its
 //! send buffer full (an unlimited source of zero bytes) until `stop`, then stops
-//! writing (no FIN: what is buffered still drains). The receiving end reads
-//! everything on every poll, so its window stays open.
+//! writing (no FIN: what is buffered still drains). With a rate (`FlowSpec::rate_bps`
+//! above 0) the application is the limit instead: by time `t` it has offered
+//! `rate * (t - start)` bits of payload, and writes what it has offered as the send
+//! buffer takes it (what a full buffer holds back is written later, as by a blocking
+//! writer fed at that rate); the flow asks to be polled when the next MSS of payload is
+//! due. The receiving end reads everything on every poll, so its window stays open.
 //!
 //! # What smoltcp 0.14's TCP does on loss (read from its source)
 //!
@@ -370,6 +374,30 @@ impl Accounting {
     }
 }
 
+/// The sending application of a rate-limited flow: it offers `rate_bps` bits of payload
+/// per second from the flow's start.
+#[derive(Debug)]
+struct Source {
+    rate_bps: f64,
+    /// Payload bytes written into the socket so far.
+    written: u64,
+    /// Bytes per wake-up when the application is the limit (one MSS).
+    chunk: u64,
+}
+
+impl Source {
+    /// Payload bytes offered by `now`.
+    fn offered(&self, start: Duration, now: Duration) -> u64 {
+        let ns = now.saturating_sub(start).as_nanos() as f64;
+        (ns * self.rate_bps / 8e9).floor() as u64
+    }
+
+    /// When `bytes` of payload have been offered.
+    fn offered_at(&self, start: Duration, bytes: u64) -> Duration {
+        start + Duration::from_nanos((bytes as f64 * 8e9 / self.rate_bps).ceil() as u64)
+    }
+}
+
 /// A tcp-bulk flow: two smoltcp stacks and the accounting.
 pub(crate) struct TcpFlow {
     spec: FlowSpec,
@@ -378,6 +406,8 @@ pub(crate) struct TcpFlow {
     ends: [End; 2],
     connected: bool,
     acct: Accounting,
+    /// A rate-limited application (`None`: it keeps the send buffer full).
+    source: Option<Source>,
 }
 
 impl fmt::Debug for TcpFlow {
@@ -397,12 +427,18 @@ impl TcpFlow {
             End::new(&spec, Side::Client, mtu),
             End::new(&spec, Side::Server, mtu),
         ];
+        let source = (spec.rate_bps.is_finite() && spec.rate_bps > 0.0).then(|| Source {
+            rate_bps: spec.rate_bps,
+            written: 0,
+            chunk: (mtu - 40) as u64,
+        });
         Self {
             sender: spec.direction.sender(),
             spec,
             ends,
             connected: false,
             acct: Accounting::default(),
+            source,
         }
     }
 
@@ -431,7 +467,19 @@ impl TcpFlow {
             end.poll(at);
             let socket = end.socket();
             let progressed = if is_sender {
-                now < self.spec.stop && fill(socket) > 0
+                let limit = self.source.as_ref().map_or(usize::MAX, |s| {
+                    let due = s.offered(self.spec.start, now).saturating_sub(s.written);
+                    usize::try_from(due).unwrap_or(usize::MAX)
+                });
+                let n = if now < self.spec.stop {
+                    fill(socket, limit)
+                } else {
+                    0
+                };
+                if let Some(s) = self.source.as_mut() {
+                    s.written += n as u64;
+                }
+                n > 0
             } else {
                 let n = drain(socket);
                 self.acct.on_app_read(now, n, self.spec.stop);
@@ -441,13 +489,25 @@ impl TcpFlow {
                 break;
             }
         }
+        // A rate-limited application that has written all it offered wakes when the next
+        // MSS is due; one held back by a full buffer is woken by the acknowledgements.
+        let app_wake = self.source.as_ref().filter(|_| is_sender).and_then(|s| {
+            let start = self.spec.start;
+            (s.written >= s.offered(start, now))
+                .then(|| s.offered_at(start, s.written + s.chunk))
+                .filter(|&t| t < self.spec.stop)
+        });
         end.last_service = now;
         end.next_poll = end
             .iface
             .poll_at(at, &end.sockets)
+            .map(duration)
+            .into_iter()
+            .chain(app_wake)
+            .min()
             // After a full poll smoltcp has nothing left for this instant; never
             // ask to be polled again at the same time (no busy loop).
-            .map(|t| duration(t).max(now + Duration::from_micros(1)));
+            .map(|t| t.max(now + Duration::from_micros(1)));
     }
 
     pub(crate) fn poll_transmit(&mut self, now: Duration, side: Side) -> Option<Vec<u8>> {
@@ -531,11 +591,16 @@ impl TcpFlow {
     }
 }
 
-/// Fills the socket's send buffer (zero bytes, no copy); returns bytes enqueued.
-fn fill(socket: &mut stcp::Socket<'_>) -> usize {
+/// Writes up to `limit` bytes into the socket's send buffer (zero bytes, no copy), as
+/// many as it takes; returns bytes enqueued.
+fn fill(socket: &mut stcp::Socket<'_>, limit: usize) -> usize {
     let mut total = 0;
-    while socket.may_send() {
-        match socket.send(|buf| (buf.len(), buf.len())) {
+    while socket.may_send() && total < limit {
+        let left = limit - total;
+        match socket.send(|buf| {
+            let n = buf.len().min(left);
+            (n, n)
+        }) {
             Ok(n) if n > 0 => total += n,
             _ => break,
         }
@@ -642,6 +707,25 @@ mod tests {
             // All full-sized segments: MSS 1360.
             assert!(r.bytes_delivered > r.delivered * 1300, "{r:?}");
         }
+    }
+
+    #[test]
+    fn tcp_with_a_rate_sends_at_that_rate_on_a_fast_link() {
+        // 100 Mbit/s, 10 ms each way: TCP alone would fill far more than 5 Mbit/s.
+        let pipe = || Pipe::new(Duration::from_millis(10), Some(100e6));
+        let end = Duration::from_secs(6);
+        for direction in [Direction::Up, Direction::Down] {
+            let mut s = spec(direction);
+            s.rate_bps = 5e6;
+            let (_, r) = run(s, &mut pipe(), end);
+            assert!((r.goodput_mbps - 5.0).abs() < 0.05, "{direction:?}: {r:?}");
+            // Application-limited: no queue builds, every segment is full-sized.
+            assert!(r.latency_ms.p99 < 11.0, "{direction:?}: {r:?}");
+            assert!(r.bytes_delivered > r.delivered * 1300, "{r:?}");
+            assert_eq!(r.retransmitted, 0, "{r:?}");
+        }
+        let (_, unlimited) = run(spec(Direction::Up), &mut pipe(), end);
+        assert!(unlimited.goodput_mbps > 20.0, "{unlimited:?}");
     }
 
     #[test]
