@@ -16,8 +16,11 @@
 //!   the `CLOCK_MONOTONIC` time (ns, big endian) at which the record's first byte was
 //!   handed to the kernel, with `TCP_NOTSENT_LOWAT` small so records do not wait in the
 //!   socket buffer, and `TCP_CONGESTION` set per socket (a namespace inherits the
-//!   host's default and cannot change it). The receiver measures each record's latency
-//!   when its last byte is read, and the longest time without new data.
+//!   host's default and cannot change it). With `--rate-mbps` the application is the
+//!   limit, as in the simulator: record `k` is offered at `start + k * 1400 * 8 / rate`
+//!   (payload bits) and written as soon as the socket takes it. The receiver measures
+//!   each record's latency when its last byte is read, and the longest time without new
+//!   data.
 //!
 //! - **MPTCP** (`--mptcp`, both ends): the TCP flow over sockets of protocol
 //!   `IPPROTO_MPTCP`; the TCP counters are summed over the subflows (`MPTCP_TCPINFO`).
@@ -222,7 +225,8 @@ pub struct SendArgs {
     /// connecting to `--to` (the receiver connects with `--connect`).
     #[arg(long, requires = "bind", conflicts_with = "to")]
     pub listen: bool,
-    /// udp-cbr rate, Mbit/s of whole IP packets.
+    /// udp-cbr: rate, Mbit/s of whole IP packets. tcp-bulk: the application's write
+    /// rate, Mbit/s of payload (default: as fast as TCP takes it).
     #[arg(long)]
     pub rate_mbps: Option<f64>,
     /// UDP: IP packet size (default 1400, urgent 100); TCP: IP MTU (MSS = this - 40).
@@ -906,16 +910,37 @@ fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
         })?
     };
     let fd = sock.as_raw_fd();
+    // With a rate, record k is offered at start + k * interval; one held back by a full
+    // socket goes out as soon as the socket takes it (a blocking writer fed at the rate).
+    let interval_ns = match a.rate_mbps {
+        Some(r) => {
+            let iv = RECORD_BYTES as f64 * 8.0 / (r * 1e6) * 1e9;
+            if !(iv.is_finite() && iv >= 1.0) {
+                bail!("--rate-mbps {r}: expected a rate above 0");
+            }
+            Some(iv)
+        }
+        None => None,
+    };
+    let offered_at = |k: u64| interval_ns.map(|iv| times.start + (k as f64 * iv).round() as u64);
+    let end = times.stop.min(times.until);
     let mut rec = [0u8; RECORD_BYTES];
     let mut pos = 0usize;
-    while sys::mono_ns() < times.stop.min(times.until) && !sys::stop_requested() {
-        if !sys::poll_out(fd, sys::ms_until(times.stop.min(times.until)))? {
+    while sys::mono_ns() < end && !sys::stop_requested() {
+        if pos == 0
+            && let Some(t) = offered_at(s.sent)
+            && t > sys::mono_ns()
+        {
+            sys::sleep_until(t.min(end), a.spin_us * 1000);
+            continue;
+        }
+        if !sys::poll_out(fd, sys::ms_until(end))? {
             continue;
         }
         loop {
             if pos == 0 {
                 let now = sys::mono_ns();
-                if now >= times.stop {
+                if now >= times.stop || offered_at(s.sent).is_some_and(|t| t > now) {
                     break;
                 }
                 rec[..8].copy_from_slice(&now.to_be_bytes());
@@ -1484,6 +1509,62 @@ mod tests {
             (f.sent, f.delivered, f.lost, f.duplicates, f.retransmitted),
             (510, 500, 10, 2, 10)
         );
+    }
+
+    /// A free TCP port on the loopback address.
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    }
+
+    fn flow_args(kind: Kind, base_ns: u64, stop_s: f64, until_s: f64) -> FlowArgs {
+        FlowArgs {
+            name: "f".into(),
+            kind,
+            index: 0,
+            base_ns: Some(base_ns),
+            start_s: 0.0,
+            stop_s: Some(stop_s),
+            until_s: Some(until_s),
+            out: None,
+            rt_priority: None,
+            mptcp: false,
+        }
+    }
+
+    #[test]
+    fn tcp_sender_with_a_rate_writes_at_that_rate() {
+        // Over loopback TCP alone would go at Gbit/s; the application holds it to 8.
+        let at: SocketAddrV4 = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let base = sys::mono_ns() + 200_000_000;
+        let (stop_s, rate) = (2.0, 8.0);
+        let recv_args = RecvArgs {
+            flow: flow_args(Kind::TcpBulk, base, stop_s, stop_s + 0.5),
+            bind: at,
+            packet_bytes: None,
+            connect: None,
+        };
+        let receiver = std::thread::spawn(move || recv(&recv_args));
+        let send_args = SendArgs {
+            flow: flow_args(Kind::TcpBulk, base, stop_s, stop_s + 0.3),
+            bind: None,
+            to: Some(at),
+            listen: false,
+            rate_mbps: Some(rate),
+            packet_bytes: None,
+            count: None,
+            dscp: None,
+            cc: None,
+            spin_us: 0,
+        };
+        let sent = send(&send_args).expect("sender");
+        let r = receiver.join().unwrap().expect("receiver");
+        let records = (stop_s * rate * 1e6 / 8.0 / RECORD_BYTES as f64).ceil() as u64;
+        assert!(sent.sent.abs_diff(records) <= 1, "{sent:?}");
+        assert!((r.goodput_mbps - rate).abs() < 0.05 * rate, "{r:?}");
+        assert!(r.latency_ms.p50 < 5.0, "{r:?}");
     }
 
     #[test]
