@@ -62,6 +62,9 @@ pub struct LinkStatus {
     /// Time from its last acknowledgement to its latest reinjection, ms.
     #[serde(default)]
     pub last_reinject_after_ms: f64,
+    /// Longest time it stayed suspect before it answered again, ms.
+    #[serde(default)]
+    pub longest_suspect_ms: f64,
 }
 
 /// Engine counters, by reason.
@@ -218,6 +221,7 @@ impl SessionStatus {
                     reinjected: ls.reinjected,
                     rej_expired: ls.rej_expired,
                     last_reinject_after_ms: ms(ls.last_reinject_after),
+                    longest_suspect_ms: ms(ls.longest_suspect),
                 }
             })
             .collect();

@@ -277,6 +277,12 @@ pub fn engine_report(
         reinjected_link_down: sum(&|s| s.engine.reinjected_link_down),
         reinjections_cancelled: sum(&|s| s.engine.reinjections_cancelled),
         reinjections_expired: sum(&|s| s.engine.reinjections_expired),
+        suspected: sum(&|s| s.links.iter().map(|l| l.suspected).sum()),
+        longest_suspect_ms: [client, server]
+            .iter()
+            .flatten()
+            .flat_map(|s| s.links.iter().map(|l| l.longest_suspect_ms))
+            .fold(0.0, f64::max),
         reinject_after_max_ms: client
             .map_or(0.0, |s| s.reinject_after_max_ms)
             .max(server.map_or(0.0, |s| s.reinject_after_max_ms)),

@@ -232,9 +232,10 @@ impl Config {
 }
 
 /// When a link with unacknowledged packets is declared suspect and its packets are
-/// reinjected on the other links. Every variant adds the peer's `max_ack_delay` (an
-/// acknowledgement may wait that long) and keeps at least `rej_min` after the last
-/// acknowledgement. The timer is armed by a send on an idle link and re-armed by every
+/// reinjected on the other links. RTTVAR is taken as the Linux kernel's (which the
+/// paper's implementation read): four times the smoothed mean deviation, RFC 6298's
+/// K * RTTVAR. Every variant adds the peer's `max_ack_delay` (an acknowledgement may wait
+/// that long) and keeps at least `rej_min` after the last acknowledgement. The timer is armed by a send on an idle link and re-armed by every
 /// acknowledgement of the link, duplicate ones included.
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
 pub enum ReinjectTimer {

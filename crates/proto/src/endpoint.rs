@@ -280,6 +280,11 @@ impl Endpoint {
         self.link(link).map(|l| l.stats)
     }
 
+    /// Counters of every link, in id order.
+    pub fn all_link_stats(&self) -> impl Iterator<Item = (LinkId, LinkStats)> + '_ {
+        self.links.iter().map(|l| (l.id, l.stats))
+    }
+
     /// Live state of every link, in id order.
     pub fn link_views(&self, now: Instant) -> Vec<LinkView> {
         self.links
@@ -680,10 +685,15 @@ impl Endpoint {
         match to {
             LinkState::Suspect => {
                 l.stats.suspected += 1;
+                l.suspect_since = now;
                 l.ping_due = Some(now);
             }
             LinkState::Down => l.stats.went_down += 1,
             LinkState::Up => {
+                if from == LinkState::Suspect {
+                    let d = now - l.suspect_since;
+                    l.stats.longest_suspect = l.stats.longest_suspect.max(d);
+                }
                 // Measure it again at once.
                 l.ping_due = Some(now);
                 l.last_ack_time = now;

@@ -329,6 +329,9 @@ pub struct LinkStats {
     pub rej_expired: u64,
     /// Time from the last acknowledgement to the latest reinjection from this link.
     pub last_reinject_after: Duration,
+    /// Longest time the link stayed suspect before it answered again (a suspicion that a
+    /// probe ends quickly was spurious).
+    pub longest_suspect: Duration,
     /// Duplicate or too-old packet numbers received (dropped).
     pub duplicate_packets: u64,
     /// PING probes sent.
@@ -408,6 +411,8 @@ pub(crate) struct Link {
     /// A PING is owed on this link (new link, probe, keepalive).
     pub(crate) ping_due: Option<Instant>,
     pub(crate) probe_backoff: u32,
+    /// When the link last became suspect.
+    pub(crate) suspect_since: Instant,
     /// LINK_STATUS announcements owed about this link.
     pub(crate) announce: bool,
     pub(crate) stats: LinkStats,
@@ -451,6 +456,7 @@ impl Link {
             last_eliciting_sent: now,
             ping_due: Some(now),
             probe_backoff: 0,
+            suspect_since: now,
             announce: false,
             stats: LinkStats::default(),
         }
@@ -747,10 +753,15 @@ impl Link {
         let armed = self.last_ack_time.max(oldest);
         let r = &self.rtt;
         let mad = config.max_ack_delay;
+        // The paper's RTTVAR is the Linux kernel's, which holds four times the mean
+        // deviation (RFC 6298's K * RTTVAR): one mean deviation alone is exceeded by
+        // ordinary jitter and would make every few seconds of a jittery path a
+        // spurious reinjection.
+        let var = r.rttvar * 4;
         let at = match config.reinjection {
-            ReinjectTimer::SrttRttvarDelta => oldest + r.srtt + r.rttvar + mad,
-            ReinjectTimer::SrttRttvar => armed + r.srtt + r.rttvar + mad,
-            ReinjectTimer::MinRttRttvar => armed + r.min + r.rttvar + mad,
+            ReinjectTimer::SrttRttvarDelta => oldest + r.srtt + var + mad,
+            ReinjectTimer::SrttRttvar => armed + r.srtt + var + mad,
+            ReinjectTimer::MinRttRttvar => armed + r.min + var + mad,
             ReinjectTimer::Off => {
                 return Some(armed + self.suspect_timeout(mad, config.suspect_min));
             }

@@ -107,6 +107,10 @@ pub struct EngineReport {
     pub reinjections_expired: u64,
     /// Longest time from a link's last acknowledgement to its reinjection, ms.
     pub reinject_after_max_ms: f64,
+    /// Times a link became suspect, both ends.
+    pub suspected: u64,
+    /// Longest time a link stayed suspect before it answered again, ms.
+    pub longest_suspect_ms: f64,
     /// Duplicate data frames dropped.
     pub duplicate_data: u64,
     /// Malformed datagrams dropped.
@@ -216,6 +220,21 @@ impl Report {
                 reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
                 reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
                 reinjections_expired: cs.reinjections_expired + ss.reinjections_expired,
+                suspected: [c, s]
+                    .iter()
+                    .flat_map(|e| e.all_link_stats())
+                    .map(|(_, st)| st.suspected)
+                    .sum(),
+                longest_suspect_ms: round3(
+                    [c, s]
+                        .iter()
+                        .flat_map(|e| e.all_link_stats())
+                        .map(|(_, st)| st.longest_suspect)
+                        .max()
+                        .unwrap_or_default()
+                        .as_secs_f64()
+                        * 1e3,
+                ),
                 reinject_after_max_ms: round3(
                     cs.reinject_after_max
                         .max(ss.reinject_after_max)

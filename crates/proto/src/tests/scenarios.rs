@@ -422,8 +422,9 @@ fn silent_pair() -> Pair {
 }
 
 /// When the client's reinjection timer on link 0 may expire (default REJ = SRTT +
-/// RTTVAR - Δ: SRTT + RTTVAR + max_ack_delay after the oldest unacknowledged packet was
-/// sent, at least `rej_min` = 10 ms after the last ack). Packets sent on link 0 from 10 ms (its
+/// RTTVAR - Δ, RTTVAR as Linux's, 4 mean deviations: SRTT + 4 RTTVAR + max_ack_delay
+/// after the oldest unacknowledged packet was sent, at least `rej_min` = 10 ms after the
+/// last ack). Packets sent on link 0 from 10 ms (its
 /// one-way delay) + 4 ms (two packets waiting for a delayed ack) before the silence on
 /// can be the oldest unacknowledged, so the window is 14 ms wide. Call once every
 /// pre-silence ack has arrived.
@@ -437,7 +438,7 @@ fn expected_rej_window(pair: &Pair) -> (Instant, Instant) {
         .expect("acks arrived");
     assert!(last_ack < SILENT_FROM + ms(10));
     let v = pair.view(Side::Client, 0);
-    let rej = v.srtt + v.rttvar + MAX_ACK_DELAY;
+    let rej = v.srtt + v.rttvar * 4 + MAX_ACK_DELAY;
     let lo = (SILENT_FROM.saturating_sub(ms(14)) + rej).max(last_ack + ms(10));
     let hi = (SILENT_FROM + rej).max(last_ack + ms(10));
     (lo, hi)
