@@ -117,3 +117,45 @@ fn missing_scenario_file_names_the_path() {
             .contains("scenarios/nope.toml")
     );
 }
+
+#[test]
+fn cuts_are_in_the_json_the_table_and_the_comparison() {
+    let out = latebind()
+        .args(["sim", "scenarios/handoff.toml", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &v["cuts"][0];
+    assert_eq!(
+        (&c["link"], &c["at_s"], &c["flow"]),
+        (&"wifi1".into(), &6.0.into(), &"bulk".into())
+    );
+    assert!(c["stall_ms"].as_f64().is_some_and(|s| s > 0.0), "{c}");
+    assert!(c["data_again_ms"].is_number(), "{c}");
+    // A TCP flow has no loss figure per cut.
+    assert!(c["lost"].is_null(), "{c}");
+    let out = latebind()
+        .args(["sim", "scenarios/handoff.toml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("data again ms"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("wifi1") && l.contains("6.000") && l.contains("bulk")),
+        "{text}"
+    );
+    let out = latebind()
+        .args(["sim", "scenarios/handoff.toml", "--compare"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for row in [
+        "cut wifi1 6.000 s, bulk: stall ms",
+        "cut wifi1 6.000 s, bulk: data again ms",
+    ] {
+        assert!(text.contains(row), "{text}");
+    }
+    assert!(!text.contains("6.000 s, bulk: lost"), "{text}");
+}

@@ -22,7 +22,7 @@ use anyhow::{Context as _, Result};
 use latebind_sim::{Mode, Report, Scenario, compare_table};
 
 use crate::emu::EmulateArgs;
-use crate::run::{CutRecovery, LabMode, LabOptions, run_with};
+use crate::run::{LabMode, LabOptions, run_with};
 use crate::traffic::TrafficCmd;
 
 /// `lab`: run a scenario on real kernels.
@@ -151,7 +151,6 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
     }
     let side_by_side = args.compare || args.sim;
     let mut reports: Vec<Report> = Vec::new();
-    let mut recoveries: Vec<String> = Vec::new();
     for (k, c) in cols.iter().enumerate() {
         if args.sim {
             match sim_mode(c.mode) {
@@ -202,14 +201,6 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
                 );
             }
         }
-        for r in &out.recoveries {
-            let line = recovery_line(r);
-            if side_by_side {
-                recoveries.push(format!("[{}] {line}", c.label));
-            } else if !args.json {
-                println!("{line}");
-            }
-        }
         for n in &out.notes {
             if side_by_side {
                 eprintln!("note [{}]: {n}", c.label);
@@ -231,23 +222,8 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
         println!("{text}");
     } else if side_by_side {
         print!("{}", compare_table(&reports));
-        for r in &recoveries {
-            println!("{r}");
-        }
     }
     Ok(())
-}
-
-/// `bulk after wifi1 went out at 6.000 s: longest stall 1330 ms, data again at +1410 ms`.
-fn recovery_line(r: &CutRecovery) -> String {
-    let again = r.resumed_ms.map_or_else(
-        || "never again".to_owned(),
-        |m| format!("again at +{m:.0} ms"),
-    );
-    format!(
-        "{} after {} went out at {:.3} s: longest stall {:.0} ms, data {again}",
-        r.flow, r.link, r.cut_s, r.stall_ms
-    )
 }
 
 /// Runs `emulate` (hidden: started by the runner inside the emu namespace).

@@ -10,7 +10,9 @@
 //!  4. the runner sleeps (then spins) to each outage edge and changes interfaces and
 //!     routes through rtnetlink, sampling the client's qdiscs every millisecond
 //!  5. after duration + drain every helper has written its JSON and exited: build the
-//!     simulator's report from the receivers, senders, emulator and qdisc counters
+//!     simulator's report from the receivers, senders, emulator and qdisc counters (its
+//!     `cuts` from what the traffic tools measured around the cut instants they were
+//!     given, with the simulator's `latebind_sim::cuts`)
 //! ```
 //!
 //! # Mode `early` (Linux default routing)
@@ -70,6 +72,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use latebind_sim::Scenario;
+use latebind_sim::cuts::{self, FlowCuts, cut_reports};
 use latebind_sim::report::{LinkReport, Report, SimReport, Totals};
 use serde::{Deserialize, Serialize};
 
@@ -193,8 +196,6 @@ pub struct LabOutcome {
     pub receivers: Vec<RecvSummary>,
     /// Interface changes at outage edges.
     pub edges: Vec<OutageEdge>,
-    /// Each flow's stall and recovery after each outage start (receivers' 10 ms bins).
-    pub recoveries: Vec<CutRecovery>,
     /// Caveats of this run (what differs from the simulator, what could not be done).
     pub notes: Vec<String>,
     /// The run's folder (deleted after the run unless kept).
@@ -608,7 +609,13 @@ fn run_mode(
         LabMode::Early | LabMode::Mptcp => None,
     };
 
-    // Receivers, then senders.
+    // Receivers, then senders. Both measure around the cuts (ns after the base).
+    let cut_list = cuts::cuts(scenario);
+    let cut_ns = cuts::instants(&cut_list)
+        .iter()
+        .map(|d| d.as_nanos().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let mut receivers: Vec<Helper> = Vec::new();
     let mut senders: Vec<Helper> = Vec::new();
     let mut flows = Vec::new();
@@ -628,7 +635,7 @@ fn run_mode(
         let recv_out = dir.join(format!("flow{i}-recv.json"));
         let send_out = dir.join(format!("flow{i}-send.json"));
         let common = |out: &Path, until: f64| -> Vec<String> {
-            vec![
+            let mut v = vec![
                 "--name".into(),
                 f.name.clone(),
                 "--kind".into(),
@@ -645,7 +652,11 @@ fn run_mode(
                 until.to_string(),
                 "--out".into(),
                 out.display().to_string(),
-            ]
+            ];
+            if !cut_ns.is_empty() {
+                v.extend(["--cuts-ns".into(), cut_ns.clone()]);
+            }
+            v
         };
         let mut rargs = vec!["traffic".to_owned(), "recv".into()];
         rargs.extend(common(&recv_out, end_s + 0.3));
@@ -1037,6 +1048,23 @@ fn run_mode(
     let engine = daemon_status
         .as_ref()
         .map(|_| late::engine_report(client_session, server_session));
+    let flow_stats: Vec<_> = recv_sums
+        .iter()
+        .zip(&send_sums)
+        .map(|(r, s)| traffic::cut_stats(s.as_ref(), r))
+        .collect();
+    let flow_cuts: Vec<FlowCuts<'_>> = spec
+        .flows
+        .iter()
+        .zip(&flow_stats)
+        .map(|(f, (stats, counts_loss))| FlowCuts {
+            name: &f.name,
+            counts_loss: *counts_loss,
+            stats,
+        })
+        .collect();
+    let link_names: Vec<String> = spec.links.iter().map(|l| l.name.clone()).collect();
+    let cuts = cut_reports(&cut_list, &link_names, &flow_cuts);
     let report = Report {
         scenario: spec.scenario.name.clone(),
         mode: mode.name().into(),
@@ -1057,6 +1085,7 @@ fn run_mode(
         },
         flows: flows_report,
         links: links_report,
+        cuts,
         engine,
         simulator: SimReport {
             steps: 0,
@@ -1081,87 +1110,11 @@ fn run_mode(
         report,
         emulator: emu_stats,
         senders: send_sums,
-        recoveries: cut_recoveries(scenario, &recv_sums),
         receivers: recv_sums,
         edges,
         notes,
         run_dir: dir.to_owned(),
     })
-}
-
-/// How a flow's receiver fared after a link's outage started (from its 10 ms bins).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CutRecovery {
-    /// Flow name.
-    pub flow: String,
-    /// The link that went out.
-    pub link: String,
-    /// When it went out, scenario time, s.
-    pub cut_s: f64,
-    /// The longest time without application data that began in the 3 s after the cut,
-    /// ms (10 ms bins; 0: data every 10 ms).
-    pub stall_ms: f64,
-    /// From the cut to the end of that stall (data again), ms; None: no data came
-    /// after it before the receiver stopped.
-    pub resumed_ms: Option<f64>,
-}
-
-/// For every outage start inside a flow's active period, the flow's stall after it as
-/// its receiver saw it. (Data keeps arriving for a while after a cut, what was already
-/// in flight, so the stall is the longest silence that begins within 3 s of the cut.)
-pub fn cut_recoveries(scenario: &Scenario, receivers: &[RecvSummary]) -> Vec<CutRecovery> {
-    let spec = &scenario.spec;
-    let bin_s = traffic::BIN_NS as f64 / 1e9;
-    let mut v = Vec::new();
-    for (f, r) in spec.flows.iter().zip(receivers) {
-        let stop = f
-            .stop_s
-            .unwrap_or(spec.scenario.duration_s)
-            .min(spec.scenario.duration_s);
-        let bins = &r.bytes_per_10ms;
-        let last_bin = ((stop / bin_s).ceil() as usize).min(bins.len());
-        for l in &spec.links {
-            for [cut, _] in merged_outages(&l.outages) {
-                let cut_s = cut as f64 / 1e9;
-                if cut_s < f.start_s || cut_s >= stop {
-                    continue;
-                }
-                let k0 = (cut_s / bin_s).floor() as usize;
-                let horizon = ((cut_s + 3.0) / bin_s).ceil() as usize;
-                // (length, end) of the longest run of empty bins starting in the window.
-                let mut best: Option<(usize, usize)> = None;
-                let mut k = k0;
-                while k < horizon.min(last_bin) {
-                    if bins[k] > 0 {
-                        k += 1;
-                        continue;
-                    }
-                    let start = k;
-                    while k < bins.len() && bins[k] == 0 {
-                        k += 1;
-                    }
-                    if best.is_none_or(|(len, _)| k - start > len) {
-                        best = Some((k - start, k));
-                    }
-                }
-                let (stall_ms, resumed_ms) = match best {
-                    None => (0.0, Some(0.0)),
-                    Some((len, end)) => (
-                        len as f64 * bin_s * 1e3,
-                        (end < bins.len()).then(|| ((end as f64 * bin_s - cut_s) * 1e3).max(0.0)),
-                    ),
-                };
-                v.push(CutRecovery {
-                    flow: f.name.clone(),
-                    link: l.name.clone(),
-                    cut_s,
-                    stall_ms,
-                    resumed_ms,
-                });
-            }
-        }
-    }
-    v
 }
 
 /// Keeps the calling thread in `SCHED_FIFO` until dropped.
@@ -1228,47 +1181,6 @@ mod tests {
         // Refused before anything needs root.
         let e = run(&scenario, LabMode::Mptcp, Path::new("/nonexistent")).unwrap_err();
         assert!(e.to_string().contains("voice"), "{e}");
-    }
-
-    #[test]
-    fn stall_after_a_cut_is_read_from_the_bins() {
-        let scenario = Scenario::from_str(
-            "[scenario]\nname='t'\nduration_s=3.0\n[[links]]\nname='a'\nrate_mbps=8.0\n\
-             outages=[[1.0, 9.0]]\n[[links]]\nname='b'\nrate_mbps=4.0\n\
-             [[flows]]\nname='bulk'\nkind='tcp-bulk'\n",
-            Path::new("t.toml"),
-        )
-        .unwrap();
-        // 10 ms bins: data until 1.1 s (in flight at the cut), a 20 ms gap, data, then
-        // nothing from 1.2 s to 1.6 s, data again.
-        let mut bins = vec![10_000u64; 110];
-        bins.extend([0, 0]);
-        bins.extend(vec![1_000; 8]);
-        bins.extend(vec![0; 40]);
-        bins.extend(vec![5_000; 140]);
-        let r = RecvSummary {
-            bytes_per_10ms: bins.clone(),
-            ..RecvSummary::default()
-        };
-        let v = cut_recoveries(&scenario, &[r]);
-        assert_eq!(v.len(), 1);
-        let c = &v[0];
-        assert_eq!(
-            (c.flow.as_str(), c.link.as_str(), c.cut_s),
-            ("bulk", "a", 1.0)
-        );
-        assert!((c.stall_ms - 400.0).abs() < 1e-6, "{c:?}");
-        assert!((c.resumed_ms.unwrap() - 600.0).abs() < 1e-6, "{c:?}");
-        // Nothing after the cut at all: the stall runs to the end, never resumed.
-        bins.truncate(100);
-        bins.extend(vec![0; 200]);
-        let r = RecvSummary {
-            bytes_per_10ms: bins,
-            ..RecvSummary::default()
-        };
-        let c = &cut_recoveries(&scenario, &[r])[0];
-        assert_eq!(c.resumed_ms, None, "{c:?}");
-        assert!((c.stall_ms - 2000.0).abs() < 1e-6, "{c:?}");
     }
 
     #[test]

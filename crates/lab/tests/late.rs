@@ -128,7 +128,7 @@ fn handoff_losses() -> (u64, u64, latebind_lab::LabOutcome) {
         l.flows[0].max_gap_ms,
         s.flows[0].max_gap_ms
     );
-    eprintln!("recovery: {:?}", out.recoveries);
+    eprintln!("cuts: {:?}", out.report.cuts);
     eprintln!("edges: {:?}", out.edges);
     // The TCP flow goes on over the other link after the cut.
     assert!(after > 0, "no data after the cut: {:?}", r.bytes_per_10ms);

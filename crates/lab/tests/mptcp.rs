@@ -44,7 +44,7 @@ fn handoff_mptcp_reports_a_tcp_flow_with_goodput() {
         f.max_gap_ms,
         tcp.subflows,
         r.bytes_between(cut, dur) as f64 * 8.0 / (dur - cut) / 1e6,
-        out.recoveries
+        out.report.cuts
     );
     assert_eq!(out.report.mode, "mptcp");
     assert_eq!(f.kind, "tcp-bulk");

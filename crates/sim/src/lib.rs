@@ -5,11 +5,13 @@
 //! - [`world`]: the deterministic event loop, mode `late` (latebind engines) and mode
 //!   `early` (the Linux default it replaces).
 //! - [`report`]: the JSON report and the readable tables.
+//! - [`cuts`]: what each flow saw around each outage start (shared with the lab).
 //!
 //! A run is a pure function of (scenario, seed): the same inputs give byte-identical JSON.
 
 #![warn(missing_docs)]
 
+pub mod cuts;
 pub mod report;
 pub mod scenario;
 pub mod world;

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::cuts::{CutReport, FlowCuts, cut_reports};
 use crate::world::{Mode, Outcome};
 
 /// Latency percentiles, milliseconds.
@@ -135,6 +136,9 @@ pub struct Report {
     pub flows: Vec<FlowReport>,
     /// Links, in scenario order.
     pub links: Vec<LinkReport>,
+    /// What each flow saw around each outage start of each link, in time order (see
+    /// [`crate::cuts`]).
+    pub cuts: Vec<CutReport>,
     /// Totals.
     pub totals: Totals,
     /// Engine counters (mode late).
@@ -160,28 +164,38 @@ fn round3(x: f64) -> f64 {
 impl Report {
     /// Builds the report of a finished run.
     pub fn new(name: &str, seed: u64, link_names: &[String], outcome: &Outcome) -> Self {
-        let flows: Vec<FlowReport> = outcome
+        let reports: Vec<latebind_traffic::FlowReport> = outcome
             .flows
             .iter()
-            .map(|f| {
-                let r = f.report(outcome.end);
-                FlowReport {
-                    name: r.name,
-                    kind: r.kind.to_string(),
-                    sent: r.sent,
-                    delivered: r.delivered,
-                    lost: r.lost,
-                    duplicates: r.duplicates,
-                    latency_ms: LatencyReport {
-                        p50: round3(r.latency_ms.p50),
-                        p99: round3(r.latency_ms.p99),
-                        max: round3(r.latency_ms.max),
-                    },
-                    max_gap_ms: round3(r.max_gap_ms),
-                    goodput_mbps: round3(r.goodput_mbps),
-                    retransmitted: r.retransmitted,
-                    bytes_delivered: r.bytes_delivered,
-                }
+            .map(|f| f.report(outcome.end))
+            .collect();
+        let flow_cuts: Vec<FlowCuts<'_>> = reports
+            .iter()
+            .map(|r| FlowCuts {
+                name: &r.name,
+                counts_loss: r.kind != latebind_traffic::FlowKind::TcpBulk,
+                stats: &r.cuts,
+            })
+            .collect();
+        let cuts = cut_reports(&outcome.cuts, link_names, &flow_cuts);
+        let flows: Vec<FlowReport> = reports
+            .into_iter()
+            .map(|r| FlowReport {
+                name: r.name,
+                kind: r.kind.to_string(),
+                sent: r.sent,
+                delivered: r.delivered,
+                lost: r.lost,
+                duplicates: r.duplicates,
+                latency_ms: LatencyReport {
+                    p50: round3(r.latency_ms.p50),
+                    p99: round3(r.latency_ms.p99),
+                    max: round3(r.latency_ms.max),
+                },
+                max_gap_ms: round3(r.max_gap_ms),
+                goodput_mbps: round3(r.goodput_mbps),
+                retransmitted: r.retransmitted,
+                bytes_delivered: r.bytes_delivered,
             })
             .collect();
         let engine_sum = |f: &dyn Fn(&latebind_proto::Endpoint) -> u64| -> u64 {
@@ -261,6 +275,7 @@ impl Report {
             },
             flows,
             links,
+            cuts,
             engine,
             simulator: SimReport {
                 steps: outcome.steps,
@@ -326,8 +341,33 @@ impl Report {
                 l.max_queue_below_binding
             );
         }
+        if !self.cuts.is_empty() {
+            let _ = writeln!(
+                s,
+                "{:<12} {:>8} {:<12} {:>9} {:>13} {:>6}",
+                "cut", "at s", "flow", "stall ms", "data again ms", "lost"
+            );
+        }
+        for c in &self.cuts {
+            let _ = writeln!(
+                s,
+                "{:<12} {:>8.3} {:<12} {:>9.1} {:>13} {:>6}",
+                c.link,
+                c.at_s,
+                c.flow,
+                c.stall_ms,
+                data_again(c),
+                c.lost.map_or_else(|| "-".to_owned(), |n| n.to_string())
+            );
+        }
         s
     }
+}
+
+/// `data_again_ms` for the tables: one decimal, `-` when none came.
+fn data_again(c: &CutReport) -> String {
+    c.data_again_ms
+        .map_or_else(|| "-".to_owned(), |m| format!("{m:.1}"))
 }
 
 /// Runs side by side: one row per figure, one column per run.
@@ -386,6 +426,37 @@ pub fn compare_table(reports: &[Report]) -> String {
             format!("{n}: max below binding"),
             col(&|r| link(r).max_queue_below_binding.to_string()),
         ));
+    }
+    // Cuts: one group of rows per (link, time, flow) that any run reports (variants may
+    // move the outages), `-` in the runs that do not have it.
+    let mut keys: Vec<(&str, f64, &str)> = Vec::new();
+    for c in reports.iter().flat_map(|r| &r.cuts) {
+        let k = (c.link.as_str(), c.at_s, c.flow.as_str());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (link, at_s, flow) in keys {
+        let find = |r: &Report| {
+            r.cuts
+                .iter()
+                .find(|c| (c.link.as_str(), c.at_s, c.flow.as_str()) == (link, at_s, flow))
+                .cloned()
+        };
+        let cell =
+            |f: &dyn Fn(&CutReport) -> String| col(&|r| find(r).map_or("-".into(), |c| f(&c)));
+        let k = format!("cut {link} {at_s:.3} s, {flow}");
+        rows.push((
+            format!("{k}: stall ms"),
+            cell(&|c| format!("{:.1}", c.stall_ms)),
+        ));
+        rows.push((format!("{k}: data again ms"), cell(&data_again)));
+        if reports.iter().filter_map(find).any(|c| c.lost.is_some()) {
+            rows.push((
+                format!("{k}: lost"),
+                cell(&|c| c.lost.map_or("-".into(), |n| n.to_string())),
+            ));
+        }
     }
     let headers: Vec<String> = reports
         .iter()

@@ -44,6 +44,7 @@ use latebind_linkmodel::{DropReason, LinkDirection, LinkEvent, LinkParams, Rate,
 use latebind_proto::{Config, Endpoint, LinkChange, LinkConfig, LinkId, Role};
 use latebind_traffic::{Direction, Flow, FlowKind, FlowSpec, Side};
 
+use crate::cuts::{self, Cut};
 use crate::scenario::{Scenario, ScenarioError};
 
 /// Which stack the endpoints run.
@@ -109,6 +110,8 @@ pub struct Outcome {
     pub flows: Vec<Flow>,
     /// Per-link tallies, in scenario order.
     pub links: Vec<LinkTally>,
+    /// The scenario's cuts (outage starts), in time order.
+    pub cuts: Vec<Cut>,
     /// The engines (mode late): client, server.
     pub engines: Option<(Endpoint, Endpoint)>,
     /// Steps the event loop took.
@@ -154,6 +157,7 @@ pub struct World {
     server: Option<Endpoint>,
     route: usize,
     early_capacity: usize,
+    cuts: Vec<Cut>,
     buf: Vec<u8>,
     steps: u64,
     stalls: u64,
@@ -267,6 +271,8 @@ impl World {
                 doomed: VecDeque::new(),
             });
         }
+        let cut_list = cuts::cuts(scenario);
+        let cut_times = cuts::instants(&cut_list);
         let mut flows = Vec::new();
         let mut demux = HashMap::new();
         for (i, f) in spec.flows.iter().enumerate() {
@@ -288,6 +294,10 @@ impl World {
                 _ => 1,
             };
             let default_dscp = if kind == FlowKind::Urgent { 46 } else { 0 };
+            let (start, stop) = (
+                secs(f.start_s),
+                secs(f.stop_s.unwrap_or(spec.scenario.duration_s)),
+            );
             let spec = FlowSpec {
                 name: f.name.clone(),
                 kind,
@@ -296,13 +306,14 @@ impl World {
                 } else {
                     Direction::Up
                 },
-                start: secs(f.start_s),
-                stop: secs(f.stop_s.unwrap_or(spec.scenario.duration_s)),
+                start,
+                stop,
                 rate_bps: f.rate_mbps.unwrap_or(0.0) * 1e6,
                 packet_bytes: f.packet_bytes.unwrap_or(default_bytes),
                 count: f.count.unwrap_or(default_count),
                 dscp: f.dscp.unwrap_or(default_dscp),
                 index,
+                cuts: cuts::windows(&cut_times, start, stop.min(end)),
             };
             let proto = if kind == FlowKind::TcpBulk { 6 } else { 17 };
             demux.insert((proto, 10_000 + index), i);
@@ -350,6 +361,7 @@ impl World {
             server,
             route: 0,
             early_capacity,
+            cuts: cut_list,
             buf: Vec::with_capacity(2048),
             steps: 0,
             stalls: 0,
@@ -382,6 +394,7 @@ impl World {
             end: self.end,
             flows: self.flows,
             links: self.links.into_iter().map(|l| l.tally).collect(),
+            cuts: self.cuts,
             engines: self.client.zip(self.server),
             steps: self.steps,
             stalls: self.stalls,

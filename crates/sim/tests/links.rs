@@ -168,3 +168,54 @@ fn remote_outage_is_not_told_to_the_late_engine() {
         remote.links[0]
     );
 }
+
+#[test]
+fn cuts_report_the_stall_data_again_and_loss_around_each_cut() {
+    // The route stays on the dead link: nothing arrives from shortly after the cut to
+    // shortly after the link returns at 3 s, and every packet that left during the
+    // outage is lost (the loss window [0 s, 3 s) holds them all).
+    let remote = run(&cut_scenario(false), Mode::Early).unwrap();
+    assert_eq!(remote.cuts.len(), 1, "{:?}", remote.cuts);
+    let c = &remote.cuts[0];
+    assert_eq!(
+        (c.link.as_str(), c.at_s, c.flow.as_str()),
+        ("a", 1.0, "cbr")
+    );
+    assert_eq!(c.lost, Some(remote.flows[0].lost));
+    // From the last arrival of a packet that left before the cut to the first of one
+    // that left after 3 s: the outage, give or take a packet period (5.6 ms).
+    assert!((c.stall_ms - 2000.0).abs() < 5.6, "{c:?}");
+    assert_eq!(c.stall_ms, remote.flows[0].max_gap_ms);
+    let again = c.data_again_ms.expect("data after the outage");
+    // That packet arrives 20 ms (+ serialization, + the phase) after 3 s.
+    assert!(again > 2020.0 && again < 2030.0, "{c:?}");
+    // Told at once, the route moves: no stall beyond the packet period and the second
+    // link's extra 10 ms, nothing lost.
+    let local = run(&cut_scenario(true), Mode::Early).unwrap();
+    let c = &local.cuts[0];
+    assert!(c.stall_ms < 20.0, "{c:?}");
+    assert_eq!(c.lost, Some(0));
+}
+
+#[test]
+fn a_tcp_flow_reports_its_stall_at_the_cut_and_no_loss_figure() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/handoff.toml");
+    let s = Scenario::load(&path).unwrap();
+    for mode in [Mode::Late, Mode::Early] {
+        let r = run(&s, mode).unwrap();
+        assert_eq!(r.cuts.len(), 1, "{mode:?}: {:?}", r.cuts);
+        let (c, f) = (&r.cuts[0], &r.flows[0]);
+        assert_eq!((c.link.as_str(), c.at_s, c.lost), ("wifi1", 6.0, None));
+        assert!(
+            c.stall_ms > 0.0 && c.stall_ms <= f.max_gap_ms,
+            "{mode:?}: {c:?} {f:?}"
+        );
+        assert!(c.data_again_ms.is_some_and(|t| t >= c.stall_ms), "{c:?}");
+        if mode == Mode::Early {
+            // The FIFO lost at the cut costs smoltcp's TCP its retransmission timeout:
+            // the run's longest gap.
+            assert_eq!(c.stall_ms, f.max_gap_ms, "{c:?} {f:?}");
+            assert!(c.stall_ms > 1000.0, "{c:?}");
+        }
+    }
+}

@@ -21,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cuts;
 mod ip;
 mod report;
 mod tcp;
@@ -157,6 +158,9 @@ pub struct FlowSpec {
     /// Flow index, unique per scenario: client port `10000 + index`, server port
     /// `20000 + index`.
     pub index: u16,
+    /// The cuts to report on, from [`cuts::windows`] (empty: none); the report's
+    /// [`FlowReport::cuts`] has one entry per window.
+    pub cuts: Vec<cuts::CutWindow>,
 }
 
 impl FlowSpec {
@@ -399,6 +403,7 @@ mod tests {
             count: 1,
             dscp: 0,
             index: 7,
+            cuts: Vec::new(),
         };
         assert_eq!(spec.port(Side::Client), 10_007);
         assert_eq!(spec.port(Side::Server), 20_007);

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::FlowKind;
+use crate::cuts::CutStats;
 
 /// Latency percentiles of one flow, in milliseconds (all 0 when there are no samples).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -85,6 +86,9 @@ pub struct FlowReport {
     /// TCP: application payload bytes delivered in order. UDP: UDP payload bytes of
     /// unique packets.
     pub bytes_delivered: u64,
+    /// What the receiving application saw around each cut of [`FlowSpec::cuts`]
+    /// (`crate::FlowSpec`), in the same order; `sent` and `delivered` are 0 for TCP.
+    pub cuts: Vec<CutStats>,
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ use smoltcp::socket::tcp::{self as stcp, CongestionControl};
 use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr};
 
+use crate::cuts::CutTracker;
 use crate::ip;
 use crate::report::{self, Latency};
 use crate::{FlowReport, FlowSpec, Side};
@@ -408,6 +409,8 @@ pub(crate) struct TcpFlow {
     acct: Accounting,
     /// A rate-limited application (`None`: it keeps the send buffer full).
     source: Option<Source>,
+    /// Deliveries to the receiving application around the cuts.
+    cuts: CutTracker,
 }
 
 impl fmt::Debug for TcpFlow {
@@ -432,6 +435,7 @@ impl TcpFlow {
             written: 0,
             chunk: (mtu - 40) as u64,
         });
+        let cuts = CutTracker::new(spec.cuts.clone());
         Self {
             sender: spec.direction.sender(),
             spec,
@@ -439,6 +443,7 @@ impl TcpFlow {
             connected: false,
             acct: Accounting::default(),
             source,
+            cuts,
         }
     }
 
@@ -483,6 +488,9 @@ impl TcpFlow {
             } else {
                 let n = drain(socket);
                 self.acct.on_app_read(now, n, self.spec.stop);
+                if n > 0 {
+                    self.cuts.on_delivery(now);
+                }
                 n > 0
             };
             if !progressed {
@@ -587,6 +595,7 @@ impl TcpFlow {
             ),
             retransmitted: a.retransmitted,
             bytes_delivered: a.app_bytes,
+            cuts: self.cuts.stats(),
         }
     }
 }
@@ -640,6 +649,7 @@ mod tests {
             count: 0,
             dscp: 10,
             index: 4,
+            cuts: Vec::new(),
         }
     }
 
@@ -726,6 +736,23 @@ mod tests {
         }
         let (_, unlimited) = run(spec(Direction::Up), &mut pipe(), end);
         assert!(unlimited.goodput_mbps > 20.0, "{unlimited:?}");
+    }
+
+    #[test]
+    fn tcp_reports_deliveries_around_a_cut() {
+        // A lossless pipe: the cut costs nothing, data keeps coming within a few ms.
+        let mut s = spec(Direction::Up);
+        s.cuts = crate::cuts::windows(&[Duration::from_secs(2)], s.start, s.stop);
+        let mut pipe = Pipe::new(Duration::from_millis(20), Some(10e6));
+        let (_, r) = run(s, &mut pipe, Duration::from_secs(5));
+        let c = r.cuts[0];
+        assert_eq!(c.at, Duration::from_secs(2));
+        assert!(c.stall < Duration::from_millis(10), "{c:?}");
+        assert!(
+            c.data_again.is_some_and(|t| t < Duration::from_secs(3)),
+            "{c:?}"
+        );
+        assert_eq!((c.sent, c.delivered), (0, 0));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::cuts::CutTracker;
 use crate::ip::{self, Probe, UdpAddressing};
 use crate::report::{self, Latency};
 use crate::{FlowKind, FlowReport, FlowSpec, Side};
@@ -65,6 +66,7 @@ pub(crate) struct UdpFlow {
     /// When packet 0 was emitted.
     first_send: Option<Duration>,
     sink: Sink,
+    cuts: CutTracker,
 }
 
 impl UdpFlow {
@@ -103,6 +105,7 @@ impl UdpFlow {
             },
             FlowKind::TcpBulk => unreachable!("tcp-bulk is not a UDP flow"),
         };
+        let cuts = CutTracker::new(spec.cuts.clone());
         Self {
             spec,
             sender,
@@ -112,6 +115,7 @@ impl UdpFlow {
             next_seq: 0,
             first_send: None,
             sink: Sink::default(),
+            cuts,
         }
     }
 
@@ -148,6 +152,7 @@ impl UdpFlow {
         };
         self.next_seq += 1;
         self.first_send.get_or_insert(now);
+        self.cuts.on_sent(now);
         Some(ip::build_probe(&self.addressing, self.packet_len, probe))
     }
 
@@ -168,6 +173,8 @@ impl UdpFlow {
         let sink = &mut self.sink;
         sink.delivered += 1;
         let sent_at = Duration::from_nanos(probe.send_ns);
+        self.cuts.on_delivery(now);
+        self.cuts.on_delivered_packet(sent_at);
         sink.latencies_ms
             .push(report::ms(now.saturating_sub(sent_at)));
         sink.ip_bytes += packet.len() as u64;
@@ -221,6 +228,7 @@ impl UdpFlow {
             goodput_mbps: report::mbps(sink.ip_bytes, goodput_over),
             retransmitted: 0,
             bytes_delivered: sink.payload_bytes,
+            cuts: self.cuts.stats(),
         }
     }
 }
@@ -244,6 +252,7 @@ mod tests {
             count: 5,
             dscp: 0,
             index: 2,
+            cuts: Vec::new(),
         }
     }
 
@@ -409,6 +418,27 @@ mod tests {
         // Gaps: arrivals at 300 (seq 19) and 510 (seq 40) = 210 ms; tail from the
         // last arrival 900 (seq 79) to 1000 = 100 ms.
         assert!((r.max_gap_ms - 210.0).abs() < 1e-9, "{}", r.max_gap_ms);
+    }
+
+    #[test]
+    fn cbr_reports_the_stall_and_the_loss_around_a_cut() {
+        let mut s = spec(FlowKind::UdpCbr);
+        s.stop = Duration::from_secs(1);
+        s.cuts = crate::cuts::windows(&[ms(300)], s.start, s.stop);
+        let mut f = Flow::new(s);
+        // Drop the packets sent in [300 ms, 500 ms): seq 20..40.
+        let mut pipe = Pipe::new(ms(10), None).with_drop(Box::new(|_, n, _| (20..40).contains(&n)));
+        pipe.run(&mut f, Duration::from_secs(2));
+        let r = f.report(Duration::from_secs(2));
+        let c = r.cuts[0];
+        // Seq 19 (sent at 290) arrives at the cut, seq 40 (sent at 500) at 510.
+        assert_eq!(
+            (c.at, c.stall, c.data_again),
+            (ms(300), ms(210), Some(ms(210)))
+        );
+        // The loss window [0, 2.3 s) holds every packet of the flow.
+        assert_eq!((c.sent, c.delivered, c.lost()), (90, 70, 20));
+        assert_eq!(r.lost, c.lost());
     }
 
     #[test]
