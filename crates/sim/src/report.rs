@@ -360,8 +360,57 @@ impl Report {
                 c.lost.map_or_else(|| "-".to_owned(), |n| n.to_string())
             );
         }
+        if let Some(e) = &self.engine {
+            let _ = writeln!(
+                s,
+                "reinjected {} (timer {}, link down {}, cancelled {}, expired {}), spurious {}; \
+                 suspected {} times, longest {:.1} ms",
+                self.totals.reinjected,
+                e.reinjected_timer,
+                e.reinjected_link_down,
+                e.reinjections_cancelled,
+                e.reinjections_expired,
+                self.totals.spurious_reinjections,
+                e.suspected,
+                e.longest_suspect_ms
+            );
+        }
         s
     }
+}
+
+/// The compare table's engine rows (`-` for a run without engines).
+fn engine_rows(reports: &[Report], rows: &mut Vec<(String, Vec<String>)>) {
+    if reports.iter().all(|r| r.engine.is_none()) {
+        return;
+    }
+    let e = |f: &dyn Fn(&Report, &EngineReport) -> String| -> Vec<String> {
+        reports
+            .iter()
+            .map(|r| {
+                r.engine
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |e| f(r, e))
+            })
+            .collect()
+    };
+    rows.push((
+        "reinjected: timer / link down".into(),
+        e(&|_, e| format!("{} / {}", e.reinjected_timer, e.reinjected_link_down)),
+    ));
+    rows.push((
+        "reinjected: sent / spurious".into(),
+        e(&|r, _| {
+            format!(
+                "{} / {}",
+                r.totals.reinjected, r.totals.spurious_reinjections
+            )
+        }),
+    ));
+    rows.push((
+        "suspected / longest ms".into(),
+        e(&|_, e| format!("{} / {:.1}", e.suspected, e.longest_suspect_ms)),
+    ));
 }
 
 /// `data_again_ms` for the tables: one decimal, `-` when none came.
@@ -427,6 +476,7 @@ pub fn compare_table(reports: &[Report]) -> String {
             col(&|r| link(r).max_queue_below_binding.to_string()),
         ));
     }
+    engine_rows(reports, &mut rows);
     // Cuts: one group of rows per (link, time, flow) that any run reports (variants may
     // move the outages), `-` in the runs that do not have it.
     let mut keys: Vec<(&str, f64, &str)> = Vec::new();
