@@ -2,7 +2,8 @@
 # The handoff experiment (late-binding paper, figure 4) at several cut times, so that the
 # figure is not one phase of TCP's sawtooth: packets lost on link 1 (client -> server)
 # when it goes away, per variant, and the mean over the cut times; and the longest time
-# the receiving application saw nothing (max gap), per variant.
+# the receiving application saw nothing after the cut (the report's per-cut stall), per
+# variant.
 #
 # Usage: scripts/handoff-sweep.sh [CUT_S ...]   (default: 12 cut times from 5.1 to 7.3 s)
 set -euo pipefail
@@ -11,12 +12,12 @@ cargo build --release -q -p latebind
 bin=target/release/latebind
 cuts=("$@")
 [ ${#cuts[@]} -gt 0 ] || cuts=(5.1 5.3 5.5 5.7 5.9 6.0 6.2 6.4 6.6 6.9 7.1 7.3)
-printf '%-8s %16s %18s %17s   %s\n' "cut (s)" "late, budget 2" "early, driver 50" "early, driver 5" "max gap ms (late / early 50 / early 5)"
+printf '%-8s %16s %18s %17s   %s\n' "cut (s)" "late, budget 2" "early, driver 50" "early, driver 5" "stall after the cut, ms (late / early 50 / early 5)"
 sum=(0 0 0)
 for c in "${cuts[@]}"; do
   out=$("$bin" sim scenarios/handoff.toml --compare --set "links.0.outages=[[$c, 1000.0]]")
   row=$(awk '/^wifi1: lost at outage, up/ {print $(NF-2), $(NF-1), $NF}' <<<"$out")
-  gap=$(awk '/^bulk: max gap ms/ {print $(NF-2) " / " $(NF-1) " / " $NF}' <<<"$out")
+  gap=$(awk '/^cut wifi1 .*bulk: stall ms/ {print $(NF-2) " / " $(NF-1) " / " $NF}' <<<"$out")
   read -r a b d <<<"$row"
   printf '%-8s %16s %18s %17s   %s\n' "$c" "$a" "$b" "$d" "$gap"
   sum=($((sum[0] + a)) $((sum[1] + b)) $((sum[2] + d)))
