@@ -1655,7 +1655,10 @@ mod tests {
 
     #[test]
     fn tcp_sender_with_a_rate_writes_at_that_rate() {
-        // Over loopback TCP alone would go at Gbit/s; the application holds it to 8.
+        // Over loopback TCP alone would go at Gbit/s; the application holds it to 8. The
+        // segments are those of a real path (packet_bytes 1400): with loopback's 64 KB
+        // MSS, Nagle would hold each record until the previous one is acknowledged, and a
+        // busy machine's delayed acknowledgements would show up as 40 ms latencies.
         let at: SocketAddrV4 = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let base = sys::mono_ns() + 200_000_000;
         let (stop_s, rate) = (2.0, 8.0);
@@ -1672,7 +1675,7 @@ mod tests {
             to: Some(at),
             listen: false,
             rate_mbps: Some(rate),
-            packet_bytes: None,
+            packet_bytes: Some(1400),
             count: None,
             dscp: None,
             cc: None,

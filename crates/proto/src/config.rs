@@ -6,6 +6,8 @@
 
 use core::time::Duration;
 
+use crate::policy::{OverflowParams, PolicyKind, PolicyRule};
+
 use thiserror::Error;
 
 /// Which end of the tunnel this engine is. Both run the same protocol; the server also
@@ -96,6 +98,16 @@ pub struct Config {
     /// A packet waiting to be reinjected (no other link could take it yet) is given up
     /// after this long. Default 1 s.
     pub reinject_max_age: Duration,
+    /// The policy of flows no rule matches. Default min-rtt.
+    pub default_policy: PolicyKind,
+    /// Rules mapping flows to policies, first match wins (matched on a flow's first
+    /// packet). Default none.
+    pub rules: Vec<PolicyRule>,
+    /// Parameters of the overflow policy (`t_report` is `loss_report_interval`).
+    pub overflow: OverflowParams,
+    /// Links a packet of a redundant flow goes on, the original included: 2 (the two best
+    /// links, the default) or more; 0 means every usable link.
+    pub redundant_links: usize,
     /// Seed of the flow table's hash. Drivers should pass a secret random value so that
     /// remote senders cannot aim at hash collisions; tests and the simulator pass a
     /// fixed one. Default 0.
@@ -130,6 +142,10 @@ impl Default for Config {
             reinjection: ReinjectTimer::SrttRttvarDelta,
             rej_min: Duration::from_millis(10),
             reinject_max_age: Duration::from_secs(1),
+            default_policy: PolicyKind::MinRtt,
+            rules: Vec::new(),
+            overflow: OverflowParams::default(),
+            redundant_links: 2,
             hash_seed: 0,
         }
     }
@@ -227,6 +243,27 @@ impl Config {
             return Err(err("reorder_limit_packets", 0, "at least 1 packet"));
         }
         nonzero_ms("reinject_max_age", self.reinject_max_age)?;
+        let o = &self.overflow;
+        if o.w_fixed == 0 || o.w_fixed > 1000 {
+            return Err(err(
+                "overflow.w_fixed",
+                o.w_fixed,
+                "a weight from 1 to 1000",
+            ));
+        }
+        if o.w_max > 1000 {
+            return Err(err("overflow.w_max", o.w_max, "a weight from 0 to 1000"));
+        }
+        if !(o.k.is_finite() && (0.0..=100.0).contains(&o.k)) {
+            return Err(err("overflow.k", o.k, "a gain from 0 to 100"));
+        }
+        if self.redundant_links == 1 || self.redundant_links > 64 {
+            return Err(err(
+                "redundant_links",
+                self.redundant_links,
+                "2 to 64 links, or 0 for every link",
+            ));
+        }
         Ok(())
     }
 }

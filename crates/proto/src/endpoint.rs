@@ -31,7 +31,10 @@ use crate::config::{Config, ConfigError, LinkConfig, ReinjectTimer, Role};
 use crate::fq::{Decision, FlowQueues, QueueStats};
 use crate::ids::LinkId;
 use crate::link::{Link, LinkState, LinkStats, LinkView, SentData, SentPacket, link_bit};
-use crate::policy::{BindPolicy, Binding, MinRtt, PacketMeta};
+use crate::policy::{
+    Aggregate, BindPolicy, Binding, MinRtt, Overflow, OverflowParams, PacketMeta, PolicyKind,
+    policy_for,
+};
 use crate::reorder::{Dedup, Reorder, ReorderStats, Seen};
 use crate::time::Instant;
 use crate::wire;
@@ -104,11 +107,23 @@ pub enum ReinjectCause {
     LinkDown,
 }
 
-/// An inner packet waiting to be re-sent on another link.
+/// An inner packet waiting to be sent again on another link: a reinjection, or the copies
+/// of a redundant flow's packet.
 #[derive(Debug)]
 struct Pending {
     data: SentData,
     since: Instant,
+    /// Copies still to send (1 for a reinjection).
+    remaining: usize,
+}
+
+/// The two queues of packets sent again.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+enum Again {
+    /// A dead link's packets.
+    Reinject,
+    /// A redundant flow's copies.
+    Copy,
 }
 
 /// Why a packet from the TUN side was refused.
@@ -177,6 +192,10 @@ pub struct EndpointStats {
     pub reinjections_expired: u64,
     /// Longest time from a link's last acknowledgement to its reinjection.
     pub reinject_after_max: Duration,
+    /// Copies of redundant flows' packets sent on a second (third, ...) link.
+    pub redundant_copies_sent: u64,
+    /// Copies given up: no other link could take them within a round trip.
+    pub redundant_copies_expired: u64,
 }
 
 /// A tunnel endpoint.
@@ -218,6 +237,11 @@ pub struct Endpoint {
     reinject_state: BTreeMap<u64, bool>,
     reinject_scratch: Vec<SentData>,
     reinject_views: Vec<LinkView>,
+    /// Copies of redundant flows' packets waiting for their next link (ahead of
+    /// everything else).
+    copies: VecDeque<Pending>,
+    aggregate: Aggregate,
+    overflow: Overflow,
 }
 
 impl Endpoint {
@@ -233,6 +257,10 @@ impl Endpoint {
         now: Instant,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let overflow = Overflow::new(OverflowParams {
+            t_report: config.loss_report_interval,
+            ..config.overflow
+        });
         Ok(Self {
             queues: FlowQueues::new(&config),
             reorder: Reorder::new(config.reorder_limit_packets, config.hash_seed),
@@ -257,6 +285,9 @@ impl Endpoint {
             reinject_state: BTreeMap::new(),
             reinject_scratch: Vec::new(),
             reinject_views: Vec::new(),
+            copies: VecDeque::new(),
+            aggregate: Aggregate,
+            overflow,
         })
     }
 
@@ -366,6 +397,20 @@ impl Endpoint {
             .codel_interval
             .max(max_srtt.mul_f64(self.config.codel_rtt_factor));
         self.queues.set_interval(self.codel_interval);
+        // One-way delay spread of the links that are up (RTT/2 as one-way delay).
+        let up = || {
+            self.links
+                .iter()
+                .filter(|l| l.state == LinkState::Up && l.rtt.has_sample && !l.config.backup)
+        };
+        let spread = match (
+            up().map(|l| l.rtt.srtt).max(),
+            up().map(|l| l.rtt.min).min(),
+        ) {
+            (Some(hi), Some(lo)) => (hi.saturating_sub(lo)) / 2,
+            _ => Duration::ZERO,
+        };
+        self.queues.set_aggregate_extra(spread);
     }
 
     fn link(&self, id: LinkId) -> Option<&Link> {
@@ -434,7 +479,12 @@ impl Endpoint {
         buf.extend_from_slice(packet);
         self.stats.tun_packets += 1;
         self.stats.tun_bytes += packet.len() as u64;
-        self.queues.enqueue(now, info, buf);
+        let policy = if self.config.rules.is_empty() {
+            self.config.default_policy
+        } else {
+            policy_for(&self.config.rules, self.config.default_policy, info)
+        };
+        self.queues.enqueue(now, info, policy, buf);
         Ok(())
     }
 
@@ -674,7 +724,14 @@ impl Endpoint {
             let pos = self
                 .reinject
                 .partition_point(|p| p.data.global_seq < data.global_seq);
-            self.reinject.insert(pos, Pending { data, since: now });
+            self.reinject.insert(
+                pos,
+                Pending {
+                    data,
+                    since: now,
+                    remaining: 1,
+                },
+            );
         }
         self.reinject_scratch = taken;
         self.links_changed();
@@ -753,6 +810,7 @@ impl Endpoint {
             self.next_loss_report = now + self.config.loss_report_interval;
         }
         self.expire_reinjections(now);
+        self.expire_copies(now);
         self.reorder.handle_timeout(now);
         if now >= self.next_housekeeping {
             self.queues.expire_idle(now);
@@ -806,7 +864,7 @@ impl Endpoint {
     /// frees the slot is an input, so no timer is needed meanwhile.
     fn ack_deferred(&self, i: usize) -> bool {
         self.links[i].below_len() >= self.config.budget_packets
-            && (!self.queues.is_empty() || !self.reinject.is_empty())
+            && (!self.queues.is_empty() || !self.reinject.is_empty() || !self.copies.is_empty())
     }
 
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
@@ -927,16 +985,53 @@ impl Endpoint {
         }
     }
 
-    /// The binding point for reinjections: the oldest waiting packet goes on the link the
-    /// policy prefers among those it was never sent on, if that link has room now.
-    fn poll_reinject(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        self.expire_reinjections(now);
-        let front = self.reinject.front()?;
+    fn copy_max_age(&self) -> Duration {
+        self.links
+            .iter()
+            .filter(|l| l.state == LinkState::Up)
+            .map(|l| l.rtt.srtt)
+            .max()
+            .unwrap_or(self.config.initial_rtt)
+            .max(self.config.rej_min)
+    }
+
+    /// Gives up copies that no other link could take within a round trip (the largest
+    /// SRTT of the links that are up, at least `rej_min`): by then the original has
+    /// arrived or been lost, and a late copy only adds load.
+    fn expire_copies(&mut self, now: Instant) {
+        let max_age = self.copy_max_age();
+        while self
+            .copies
+            .front()
+            .is_some_and(|p| p.since + max_age <= now)
+        {
+            let p = self.copies.pop_front().expect("checked");
+            self.stats.redundant_copies_expired += p.remaining as u64;
+            self.recycle(p.data.payload);
+        }
+    }
+
+    /// The binding point for packets sent again (reinjections, redundant copies): the
+    /// oldest waiting packet goes on the link MinRtt prefers among those it was never sent
+    /// on, if that link has room now.
+    fn poll_again(&mut self, now: Instant, buf: &mut Vec<u8>, which: Again) -> Option<Transmit> {
+        let queue = match which {
+            Again::Reinject => {
+                self.expire_reinjections(now);
+                &self.reinject
+            }
+            Again::Copy => {
+                self.expire_copies(now);
+                &self.copies
+            }
+        };
+        let front = queue.front()?;
         let sent_on = front.data.sent_on;
         let meta = PacketMeta {
             flow: front.data.flow,
             len: wire::DATA_OVERHEAD + front.data.payload.len(),
-            latency_sensitive: false,
+            latency_sensitive: which == Again::Copy,
+            backlog: 0,
         };
         self.refresh_views(now);
         let mut views = std::mem::take(&mut self.reinject_views);
@@ -949,7 +1044,13 @@ impl Endpoint {
             }
             v
         }));
-        let chosen = match self.policy.bind(now, &meta, &views) {
+        if which == Again::Copy && crate::policy::usable(&views).next().is_none() {
+            // Every usable link already carries this packet (one link left): the copy goes
+            // on the same link again, so that one loss there does not lose the packet.
+            views.clear();
+            views.extend_from_slice(&self.views);
+        }
+        let chosen = match MinRtt.bind(now, &meta, &views) {
             Binding::Link(id) => views
                 .iter()
                 .position(|v| v.id == id)
@@ -958,7 +1059,15 @@ impl Endpoint {
         };
         self.reinject_views = views;
         let li = chosen?;
-        let Pending { mut data, .. } = self.reinject.pop_front().expect("checked");
+        let queue = match which {
+            Again::Reinject => &mut self.reinject,
+            Again::Copy => &mut self.copies,
+        };
+        let Pending {
+            mut data,
+            since,
+            remaining,
+        } = queue.pop_front().expect("checked");
         self.write_header(li, buf);
         if self.links[li].rx.ack_deadline.is_some() {
             self.write_ack(now, li, buf);
@@ -972,17 +1081,42 @@ impl Endpoint {
         )
         .expect("the packet fitted a DATA frame when first sent");
         data.sent_on |= link_bit(self.links[li].id);
-        if let Some(sent) = self.reinject_state.get_mut(&data.global_seq) {
-            *sent = true;
+        match which {
+            Again::Reinject => {
+                if let Some(sent) = self.reinject_state.get_mut(&data.global_seq) {
+                    *sent = true;
+                }
+                self.stats.reinjections_sent += 1;
+            }
+            Again::Copy => {
+                self.stats.redundant_copies_sent += 1;
+                if remaining > 1 {
+                    // The next copy goes on yet another link.
+                    self.copies.push_front(Pending {
+                        data: SentData {
+                            payload: data.payload.clone(),
+                            ..data
+                        },
+                        since,
+                        remaining: remaining - 1,
+                    });
+                }
+            }
         }
-        self.stats.reinjections_sent += 1;
         self.links[li].stats.data_sent += 1;
         Some(self.finish(now, li, buf, true, Some(data)))
     }
 
     fn poll_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        // Copies of latency-critical packets first, then a dead link's packets, then new
+        // data.
+        if !self.copies.is_empty()
+            && let Some(t) = self.poll_again(now, buf, Again::Copy)
+        {
+            return Some(t);
+        }
         if !self.reinject.is_empty()
-            && let Some(t) = self.poll_reinject(now, buf)
+            && let Some(t) = self.poll_again(now, buf, Again::Reinject)
         {
             return Some(t);
         }
@@ -991,23 +1125,30 @@ impl Endpoint {
         }
         self.refresh_views(now);
         let views = std::mem::take(&mut self.views);
-        let policy = &mut self.policy;
+        let (policy, aggregate, overflow) =
+            (&mut self.policy, &mut self.aggregate, &mut self.overflow);
         let taken = self.queues.dequeue_with(now, |flow, head| {
             let meta = PacketMeta {
                 flow: flow.id,
                 len: wire::DATA_OVERHEAD + head.data.len(),
                 latency_sensitive: flow.latency_sensitive,
+                backlog: flow.bytes,
             };
-            match policy.bind(now, &meta, &views) {
+            let binding = match flow.policy {
+                PolicyKind::MinRtt | PolicyKind::Redundant => policy.bind(now, &meta, &views),
+                PolicyKind::Aggregate => aggregate.bind(now, &meta, &views),
+                PolicyKind::Overflow => overflow.bind(now, &meta, &views),
+            };
+            match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
-                    Some(i) if views[i].has_room(now) => Decision::Take(i),
+                    Some(i) if views[i].has_room(now) => Decision::Take((i, flow.policy)),
                     _ => Decision::Wait,
                 },
                 Binding::Wait => Decision::Wait,
             }
         });
         self.views = views;
-        let (queued, flow, flow_seq, li) = taken?;
+        let (queued, flow, flow_seq, (li, kind)) = taken?;
         // The binding point: only now does the packet get its link, numbers and header.
         let gseq = self.next_global_seq;
         self.next_global_seq += 1;
@@ -1026,6 +1167,22 @@ impl Endpoint {
             flow_seq,
             sent_on: link_bit(self.links[li].id),
         };
+        if kind == PolicyKind::Redundant {
+            let links = match self.config.redundant_links {
+                0 => self.links.len(),
+                n => n,
+            };
+            if links > 1 {
+                self.copies.push_back(Pending {
+                    data: SentData {
+                        payload: data.payload.clone(),
+                        ..data
+                    },
+                    since: now,
+                    remaining: links - 1,
+                });
+            }
+        }
         Some(self.finish(now, li, buf, true, Some(data)))
     }
 
@@ -1150,6 +1307,9 @@ impl Endpoint {
                 .min()
                 .map(|t| t + self.config.reinject_max_age),
         );
+        if let Some(p) = self.copies.front() {
+            consider(Some(p.since + self.copy_max_age()));
+        }
         for (i, l) in self.links.iter().enumerate() {
             if !self.ack_deferred(i) {
                 consider(l.rx.ack_deadline);

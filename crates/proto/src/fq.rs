@@ -21,6 +21,7 @@ use core::time::Duration;
 use crate::classify::{FlowKey, PacketInfo, mark_ce};
 use crate::config::Config;
 use crate::ids::FlowId;
+use crate::policy::PolicyKind;
 use crate::time::Instant;
 
 /// A packet waiting above the binding point.
@@ -267,8 +268,11 @@ pub(crate) struct Flow {
     pub(crate) key: FlowKey,
     pub(crate) id: FlowId,
     pub(crate) latency_sensitive: bool,
+    /// Its binding policy (set from the rules when the flow is created).
+    pub(crate) policy: PolicyKind,
     queue: Fifo,
-    bytes: usize,
+    /// Bytes queued.
+    pub(crate) bytes: usize,
     deficit: i64,
     list: List,
     codel: Codel,
@@ -319,6 +323,8 @@ pub(crate) struct FlowQueues {
     overflow_slot: Option<usize>,
     quantum: i64,
     target: Duration,
+    /// Extra target of aggregate flows ([`Self::set_aggregate_extra`]).
+    aggregate_extra: Duration,
     interval: Duration,
     ecn: bool,
     limit_packets: usize,
@@ -344,6 +350,7 @@ impl FlowQueues {
             overflow_slot: None,
             quantum: config.quantum_bytes as i64,
             target: config.codel_target,
+            aggregate_extra: Duration::ZERO,
             interval: config.codel_interval,
             ecn: config.ecn,
             limit_packets: config.limit_packets,
@@ -357,6 +364,21 @@ impl FlowQueues {
     /// Sets the CoDel interval in force (derived from the links' RTT by the endpoint).
     pub(crate) fn set_interval(&mut self, interval: Duration) {
         self.interval = interval;
+    }
+
+    /// Sets the extra CoDel target of aggregate flows: the one-way delay spread of the
+    /// links they use. A flow spread over a fast and a slow link needs that much standing
+    /// queue above the binding point, or the slow link never delivers before the fast one
+    /// would have: that queue is the price of aggregation, not a bad queue.
+    pub(crate) fn set_aggregate_extra(&mut self, extra: Duration) {
+        self.aggregate_extra = extra;
+    }
+
+    fn target_of(&self, slot: usize) -> Duration {
+        match self.flows[slot].as_ref().map(|f| f.policy) {
+            Some(PolicyKind::Aggregate) => self.target + self.aggregate_extra,
+            _ => self.target,
+        }
     }
 
     /// Packets waiting, all flows.
@@ -379,8 +401,14 @@ impl FlowQueues {
     }
 
     /// Adds a packet to its flow's queue. Returns the number of packets dropped to make room.
-    pub(crate) fn enqueue(&mut self, now: Instant, info: &PacketInfo, data: Vec<u8>) -> usize {
-        let slot = self.slot_for(now, info);
+    pub(crate) fn enqueue(
+        &mut self,
+        now: Instant,
+        info: &PacketInfo,
+        policy: PolicyKind,
+        data: Vec<u8>,
+    ) -> usize {
+        let slot = self.slot_for(now, info, policy);
         let len = data.len();
         let flow = self.flows[slot]
             .as_mut()
@@ -418,7 +446,7 @@ impl FlowQueues {
         dropped
     }
 
-    fn slot_for(&mut self, now: Instant, info: &PacketInfo) -> usize {
+    fn slot_for(&mut self, now: Instant, info: &PacketInfo, policy: PolicyKind) -> usize {
         let tag = self.index.tag(&info.key);
         let flows = &self.flows;
         let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == info.key);
@@ -435,6 +463,7 @@ impl FlowQueues {
             key: info.key,
             id: FlowId(self.next_flow_id),
             latency_sensitive: info.is_latency_sensitive(),
+            policy,
             queue: Fifo::EMPTY,
             bytes: 0,
             deficit: 0,
@@ -576,7 +605,12 @@ impl FlowQueues {
             flow.codel.dropping = false;
             return false;
         };
-        if !flow.codel.dropping && queue_fine(now - head.enqueued, self.target, flow.bytes) {
+        let target = if flow.policy == PolicyKind::Aggregate {
+            self.target + self.aggregate_extra
+        } else {
+            self.target
+        };
+        if !flow.codel.dropping && queue_fine(now - head.enqueued, target, flow.bytes) {
             flow.codel.first_above_time = None;
             return true;
         }
@@ -585,7 +619,7 @@ impl FlowQueues {
 
     #[inline(never)]
     fn codel_head_slow(&mut self, now: Instant, slot: usize) -> bool {
-        let (target, interval, ecn) = (self.target, self.interval, self.ecn);
+        let (target, interval, ecn) = (self.target_of(slot), self.interval, self.ecn);
         loop {
             let flow = flow_mut(&mut self.flows, slot);
             let Some(head) = self.store.front(flow.queue) else {
@@ -736,7 +770,7 @@ mod tests {
 
     fn enq(q: &mut FlowQueues, now: Instant, p: Vec<u8>) {
         let info = classify(&p).unwrap();
-        q.enqueue(now, &info, p);
+        q.enqueue(now, &info, PolicyKind::MinRtt, p);
     }
 
     #[test]

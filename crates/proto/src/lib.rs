@@ -42,6 +42,9 @@ pub use endpoint::{Endpoint, EndpointStats, Event, LinkChange, ReinjectCause, Tr
 pub use fq::QueueStats;
 pub use ids::{FlowId, LinkId};
 pub use link::{LinkState, LinkStats, LinkView};
-pub use policy::{BindPolicy, Binding, MinRtt, PacketMeta};
+pub use policy::{
+    Aggregate, BindPolicy, Binding, MinRtt, Overflow, OverflowParams, PacketMeta, PolicyKind,
+    PolicyRule,
+};
 pub use reorder::ReorderStats;
 pub use time::Instant;

@@ -76,6 +76,9 @@ impl Rtt {
     }
 }
 
+/// Service time summed into one sample of a link's interface rate.
+const TX_RATE_WINDOW: Duration = Duration::from_millis(2);
+
 /// The inner packet a data datagram carried, kept until acknowledged or lost, so that it
 /// can be reinjected on another link.
 #[derive(Debug)]
@@ -367,6 +370,10 @@ pub struct LinkView {
     pub pacer_next: Instant,
     /// Backup link: used only when no other link is up.
     pub backup: bool,
+    /// Packets the peer reported received on this link (cumulative, LOSS_REPORT).
+    pub peer_received: u64,
+    /// Packets the peer reported lost on this link (cumulative, LOSS_REPORT).
+    pub peer_lost: u64,
 }
 
 impl LinkView {
@@ -400,6 +407,8 @@ pub(crate) struct Link {
     below: VecDeque<(usize, Instant)>,
     last_tx_done: Instant,
     pub(crate) tx_rate: f64,
+    /// Bytes and service time summed toward the next interface-rate sample.
+    tx_window: (usize, Duration),
     delivered: u64,
     delivered_time: Instant,
     pub(crate) delivery_rate: f64,
@@ -447,6 +456,7 @@ impl Link {
             below: VecDeque::new(),
             last_tx_done: now,
             tx_rate: 0.0,
+            tx_window: (0, Duration::ZERO),
             delivered: 0,
             delivered_time: now,
             delivery_rate: 0.0,
@@ -478,6 +488,8 @@ impl Link {
             in_flight: self.in_flight,
             pacer_next: self.pacer_next(now),
             backup: self.config.backup,
+            peer_received: self.stats.peer_reported_received,
+            peer_lost: self.stats.peer_reported_lost,
         }
     }
 
@@ -559,16 +571,22 @@ impl Link {
             return;
         };
         // Its serialization began when it was handed over or when the previous packet
-        // left, whichever was later: a clean sample of the interface's rate.
+        // left, whichever was later: a clean sample of the interface's rate. Samples are
+        // summed over at least `TX_RATE_WINDOW` of service time, so that an interface
+        // that sends in bursts (several packets in one instant, then nothing: a cellular
+        // scheduler, a trace) is measured at its average rate while busy.
         let start = queued_at.max(self.last_tx_done);
-        // No time passed (it left at once): no sample.
-        if now > start {
-            let sample = size as f64 / (now - start).as_secs_f64();
+        self.tx_window.0 += size;
+        self.tx_window.1 += now - start;
+        let (bytes, busy) = self.tx_window;
+        if busy >= TX_RATE_WINDOW {
+            let sample = bytes as f64 / busy.as_secs_f64();
             self.tx_rate = if self.tx_rate == 0.0 {
                 sample
             } else {
                 0.875 * self.tx_rate + 0.125 * sample
             };
+            self.tx_window = (0, Duration::ZERO);
         }
         self.last_tx_done = now;
     }

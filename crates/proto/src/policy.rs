@@ -3,9 +3,20 @@
 //! The binding point calls a policy only when a packet is ready to leave; the policy sees
 //! every link's live state ([`LinkView`]) and answers with a link that has room *now*, or
 //! [`Binding::Wait`] when the best link for this packet is busy and will free up sooner
-//! than any other would deliver it. Policies are `on_*`-driven plug-ins (as quinn's
-//! congestion controllers); more arrive with the policies issue (aggregate, overflow,
-//! redundant, backup).
+//! than any other would deliver it. Policies are plug-ins (as quinn's congestion
+//! controllers). Each flow uses one, chosen by the configuration's rules
+//! ([`PolicyKind`], [`PolicyRule`]):
+//!
+//! - [`MinRtt`]: the link that delivers soonest (the default);
+//! - [`Aggregate`]: earliest completion first: a flow with a backlog also uses slower
+//!   links, when a packet sent there arrives before the backlog would have drained through
+//!   the faster one, so one flow gets the sum of the links;
+//! - [`Overflow`]: the bonding slides' weighted round robin, a primary link first and the
+//!   others with weights that follow the primary's reported loss (AWI, IWI, DWD);
+//! - redundant: MinRtt's choice, and a copy on the next best links (the engine sends the
+//!   copies, see `Endpoint`).
+//!
+//! Backup links ([`usable`]) are used by every policy only when no other link is up.
 
 use core::fmt;
 use core::time::Duration;
@@ -23,6 +34,102 @@ pub struct PacketMeta {
     pub len: usize,
     /// DSCP-marked latency-sensitive flow.
     pub latency_sensitive: bool,
+    /// Bytes of the flow waiting above the binding point, this packet included.
+    pub backlog: usize,
+}
+
+/// The binding policy of a flow.
+#[derive(Clone, Copy, Debug, Default, Eq, PartialEq, Hash)]
+pub enum PolicyKind {
+    /// The link that delivers soonest ([`MinRtt`]).
+    #[default]
+    MinRtt,
+    /// Spread one flow over every link by earliest completion ([`Aggregate`]).
+    Aggregate,
+    /// A primary link first, the others for the excess ([`Overflow`]).
+    Overflow,
+    /// MinRtt's link, and copies on the next best links; the receiver keeps the first.
+    Redundant,
+}
+
+impl PolicyKind {
+    /// The names used in configuration files.
+    pub const NAMES: [&'static str; 4] = ["min-rtt", "aggregate", "overflow", "redundant"];
+    const ALL: [Self; 4] = [
+        Self::MinRtt,
+        Self::Aggregate,
+        Self::Overflow,
+        Self::Redundant,
+    ];
+
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[Self::ALL.iter().position(|k| *k == self).expect("listed")]
+    }
+}
+
+impl core::str::FromStr for PolicyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+            .ok_or_else(|| format!("one of {}", Self::NAMES.join(", ")))
+    }
+}
+
+/// A rule that maps flows to a policy. Every condition that is set must hold (an unset
+/// one matches everything); the first matching rule wins, else the default policy.
+#[derive(Clone, Debug, Default, Eq, PartialEq)]
+pub struct PolicyRule {
+    /// DiffServ code point of the flow's first packet.
+    pub dscp: Option<u8>,
+    /// IP protocol (6 TCP, 17 UDP, ...).
+    pub protocol: Option<u8>,
+    /// Source or destination port within this range (inclusive).
+    pub ports: Option<(u16, u16)>,
+    /// Source or destination address within this prefix (IPv4 addresses as
+    /// IPv4-mapped IPv6, `::ffff:a.b.c.d`, prefix length counted on the 128 bits).
+    pub prefix: Option<([u8; 16], u8)>,
+    /// The policy of matching flows.
+    pub policy: PolicyKind,
+}
+
+impl PolicyRule {
+    /// Whether a flow whose first packet is `info` matches.
+    pub fn matches(&self, info: &crate::classify::PacketInfo) -> bool {
+        let k = &info.key;
+        self.dscp.is_none_or(|d| d == info.dscp)
+            && self.protocol.is_none_or(|p| p == k.protocol)
+            && self.ports.is_none_or(|(lo, hi)| {
+                (lo..=hi).contains(&k.src_port) || (lo..=hi).contains(&k.dst_port)
+            })
+            && self.prefix.is_none_or(|(net, len)| {
+                in_prefix(&k.src, &net, len) || in_prefix(&k.dst, &net, len)
+            })
+    }
+}
+
+fn in_prefix(addr: &[u8; 16], net: &[u8; 16], len: u8) -> bool {
+    let len = usize::from(len.min(128));
+    let (bytes, bits) = (len / 8, len % 8);
+    addr[..bytes] == net[..bytes]
+        && (bits == 0 || (addr[bytes] ^ net[bytes]) & (0xff << (8 - bits)) == 0)
+}
+
+/// The policy of a flow whose first packet is `info`: the first matching rule's, else
+/// `default`.
+pub fn policy_for(
+    rules: &[PolicyRule],
+    default: PolicyKind,
+    info: &crate::classify::PacketInfo,
+) -> PolicyKind {
+    rules
+        .iter()
+        .find(|r| r.matches(info))
+        .map_or(default, |r| r.policy)
 }
 
 /// A policy's answer.
@@ -122,6 +229,218 @@ impl BindPolicy for MinRtt {
     }
 }
 
+/// Earliest completion first: a packet goes on the link where it arrives soonest
+/// ([`MinRtt::expected_delivery_ns`]); when that link has no room, on another link that has
+/// room if the packet would arrive there before the flow's backlog could have drained
+/// through the best link (its arrival there + backlog / the best link's rate). A flow with
+/// a standing backlog thus fills every link, each in proportion to how fast it delivers,
+/// while a flow without one stays on the fastest link; packets sent on a slower link are
+/// the ones the faster link could not have delivered sooner, so they arrive roughly in
+/// order (the receiver's reorder buffer absorbs the rest).
+#[derive(Clone, Debug, Default)]
+pub struct Aggregate;
+
+impl Aggregate {
+    /// A link's drain rate, bytes per second: the interface's measured rate, else the
+    /// acknowledged delivery rate, else unknown (0).
+    fn rate(l: &LinkView) -> f64 {
+        if l.tx_rate > 0.0 {
+            l.tx_rate
+        } else {
+            l.delivery_rate
+        }
+    }
+}
+
+impl BindPolicy for Aggregate {
+    fn name(&self) -> &'static str {
+        "aggregate"
+    }
+
+    fn bind(&mut self, now: Instant, packet: &PacketMeta, links: &[LinkView]) -> Binding {
+        let arrival = |l: &LinkView| MinRtt::expected_delivery_ns(now, packet.len, l);
+        let Some(best) = usable(links).min_by_key(|l| (arrival(l), l.id)) else {
+            return Binding::Wait;
+        };
+        if best.has_room(now) {
+            return Binding::Link(best.id);
+        }
+        let rate = Self::rate(best);
+        if rate <= 0.0 {
+            return Binding::Wait;
+        }
+        // When the backlog would have finished arriving through the best link.
+        let completion = arrival(best) as f64 + packet.backlog as f64 * 1e9 / rate;
+        match usable(links)
+            .filter(|l| l.has_room(now))
+            .min_by_key(|l| (arrival(l), l.id))
+        {
+            Some(l) if (arrival(l) as f64) < completion => Binding::Link(l.id),
+            _ => Binding::Wait,
+        }
+    }
+}
+
+/// Parameters of [`Overflow`] (the bonding slides' names).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OverflowParams {
+    /// The primary link's fixed weight. Default 50.
+    pub w_fixed: u32,
+    /// Largest weight of a secondary link. Default 50.
+    pub w_max: u32,
+    /// AWI's gain: a secondary's weight grows by `k * lost / sent * w_fixed` per report.
+    /// Default 0.5.
+    pub k: f64,
+    /// Interval of the weight updates (the loss reports). Default 50 ms.
+    pub t_report: Duration,
+    /// After this long without loss, DWD takes 1 off each secondary's weight per report.
+    /// Default 250 ms.
+    pub t_dwd: Duration,
+}
+
+impl Default for OverflowParams {
+    fn default() -> Self {
+        Self {
+            w_fixed: 50,
+            w_max: 50,
+            k: 0.5,
+            t_report: Duration::from_millis(50),
+            t_dwd: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The bonding slides' scheduler: a smooth weighted round robin between the primary link
+/// (the first usable link in id order, weight `w_fixed`) and the secondary links, whose
+/// weight starts at 0 and follows the loss the peer reports on the primary (LOSS_REPORT):
+/// every `t_report`, AWI adds `k * lost / sent * w_fixed`, IWI (weight 0) adds the number
+/// of lost packets, and after `t_dwd` without loss DWD takes 1 off; weights stay within
+/// `[0, w_max]`. The primary is filled first and the excess that it drops moves to the
+/// secondaries. When the round robin's link has no room the packet waits for it.
+#[derive(Clone, Debug, Default)]
+pub struct Overflow {
+    params: OverflowParams,
+    /// Weight per secondary link id.
+    weights: Vec<(LinkId, f64)>,
+    /// Smooth WRR state per link id.
+    current: Vec<(LinkId, f64)>,
+    next_update: Option<Instant>,
+    last_loss: Option<Instant>,
+    /// The primary's cumulative peer-reported (received, lost) at the last update.
+    last_counts: Option<(LinkId, u64, u64)>,
+}
+
+impl Overflow {
+    /// With the given parameters.
+    pub fn new(params: OverflowParams) -> Self {
+        Self {
+            params,
+            ..Self::default()
+        }
+    }
+
+    /// The weight of secondary link `id` (0 if it has none yet).
+    pub fn weight(&self, id: LinkId) -> f64 {
+        self.weights
+            .iter()
+            .find(|(l, _)| *l == id)
+            .map_or(0.0, |(_, w)| *w)
+    }
+
+    fn entry(v: &mut Vec<(LinkId, f64)>, id: LinkId) -> &mut f64 {
+        match v.iter().position(|(l, _)| *l == id) {
+            Some(i) => &mut v[i].1,
+            None => {
+                v.push((id, 0.0));
+                &mut v.last_mut().expect("pushed").1
+            }
+        }
+    }
+
+    /// Applies the loss reports received since the last update (AWI, IWI, DWD).
+    fn update(&mut self, now: Instant, primary: &LinkView, secondaries: &[LinkId]) {
+        if self.next_update.is_some_and(|t| now < t) {
+            return;
+        }
+        let p = self.params;
+        self.next_update = Some(now + p.t_report);
+        let (received, lost) = (primary.peer_received, primary.peer_lost);
+        let (d_recv, d_lost) = match self.last_counts {
+            Some((id, r, l)) if id == primary.id => {
+                (received.saturating_sub(r), lost.saturating_sub(l))
+            }
+            _ => (0, 0),
+        };
+        self.last_counts = Some((primary.id, received, lost));
+        let w_max = f64::from(p.w_max);
+        if d_lost > 0 {
+            self.last_loss = Some(now);
+            let sent = (d_recv + d_lost) as f64;
+            for &id in secondaries {
+                let w = Self::entry(&mut self.weights, id);
+                *w = if *w == 0.0 {
+                    d_lost as f64
+                } else {
+                    *w + p.k * d_lost as f64 / sent * f64::from(p.w_fixed)
+                }
+                .min(w_max);
+            }
+        } else if self.last_loss.is_none_or(|t| now - t >= p.t_dwd) {
+            for &id in secondaries {
+                let w = Self::entry(&mut self.weights, id);
+                *w = (*w - 1.0).max(0.0);
+            }
+        }
+    }
+}
+
+impl BindPolicy for Overflow {
+    fn name(&self) -> &'static str {
+        "overflow"
+    }
+
+    fn bind(&mut self, now: Instant, _packet: &PacketMeta, links: &[LinkView]) -> Binding {
+        let mut up = usable(links);
+        let Some(primary) = up.next() else {
+            return Binding::Wait;
+        };
+        let secondaries: Vec<LinkId> = up.map(|l| l.id).collect();
+        self.update(now, primary, &secondaries);
+        // Smooth weighted round robin (each turn: add the weights, pick the largest
+        // current value, subtract the total from it).
+        let w_fixed = f64::from(self.params.w_fixed);
+        let mut total = w_fixed;
+        *Self::entry(&mut self.current, primary.id) += w_fixed;
+        let mut pick = (primary.id, *Self::entry(&mut self.current, primary.id));
+        for &id in &secondaries {
+            let w = self.weight(id);
+            if w <= 0.0 {
+                continue;
+            }
+            total += w;
+            let c = Self::entry(&mut self.current, id);
+            *c += w;
+            if *c > pick.1 {
+                pick = (id, *c);
+            }
+        }
+        let chosen = links.iter().find(|l| l.id == pick.0).expect("usable");
+        if !chosen.has_room(now) {
+            // Undo this turn: the packet waits for its link.
+            *Self::entry(&mut self.current, primary.id) -= w_fixed;
+            for &id in &secondaries {
+                let w = self.weight(id);
+                if w > 0.0 {
+                    *Self::entry(&mut self.current, id) -= w;
+                }
+            }
+            return Binding::Wait;
+        }
+        *Self::entry(&mut self.current, pick.0) -= total;
+        Binding::Link(pick.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +460,8 @@ mod tests {
             in_flight: 0,
             pacer_next: Instant::ZERO,
             backup: false,
+            peer_received: 0,
+            peer_lost: 0,
         }
     }
 
@@ -149,6 +470,7 @@ mod tests {
             flow: FlowId(1),
             len: 1400,
             latency_sensitive: false,
+            backlog: 1400,
         }
     }
 
@@ -210,5 +532,197 @@ mod tests {
         let mut a = view(0, 10, 0);
         a.state = LinkState::Down;
         assert_eq!(MinRtt.bind(Instant::ZERO, &meta(), &[a]), Binding::Wait);
+    }
+
+    fn meta_backlog(backlog: usize) -> PacketMeta {
+        PacketMeta { backlog, ..meta() }
+    }
+
+    #[test]
+    fn aggregate_uses_the_best_link_while_it_has_room() {
+        // 10 ms against 30 ms one way, both idle.
+        let links = [view(0, 20, 0), view(1, 60, 0)];
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(1_000_000), &links),
+            Binding::Link(LinkId(0))
+        );
+    }
+
+    #[test]
+    fn aggregate_spills_only_a_backlog_the_best_link_cannot_drain_first() {
+        // The best link is full (2 below the binding point, 5 Mbit/s: 2.24 ms each), the
+        // other is 20 ms slower one way. A backlog that drains in less than that waits for
+        // the best link; a larger one also goes on the slower link.
+        let links = [view(0, 20, 2), view(1, 60, 0)];
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(5 * 1400), &links),
+            Binding::Wait,
+            "7 ms of backlog: the best link delivers it before the slow one would"
+        );
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            Binding::Link(LinkId(1)),
+            "90 ms of backlog: the slow link delivers this packet sooner"
+        );
+    }
+
+    #[test]
+    fn aggregate_waits_when_the_best_link_rate_is_unknown() {
+        let mut best = view(0, 20, 2);
+        best.tx_rate = 0.0;
+        let links = [best, view(1, 60, 0)];
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(1_000_000), &links),
+            Binding::Wait
+        );
+    }
+
+    /// Binds `n` packets at `now`, returning how many went on each of links 0 and 1.
+    fn overflow_split(o: &mut Overflow, now: Instant, links: &[LinkView], n: usize) -> [usize; 2] {
+        let mut split = [0; 2];
+        for _ in 0..n {
+            if let Binding::Link(id) = o.bind(now, &meta(), links) {
+                split[usize::from(id.0)] += 1;
+            }
+        }
+        split
+    }
+
+    #[test]
+    fn overflow_fills_the_primary_until_it_reports_loss() {
+        let mut o = Overflow::new(OverflowParams::default());
+        let mut links = [view(0, 13, 0), view(1, 35, 0)];
+        let t = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        assert_eq!(overflow_split(&mut o, t(0), &links, 100), [100, 0]);
+        // The peer reports 10 of 100 packets lost on the primary.
+        links[0].peer_received = 90;
+        links[0].peer_lost = 10;
+        overflow_split(&mut o, t(50), &links, 1);
+        // IWI: from 0, the weight becomes the number lost.
+        assert_eq!(o.weight(LinkId(1)), 10.0);
+        let split = overflow_split(&mut o, t(60), &links, 600);
+        // Weights 50 : 10.
+        assert_eq!(split, [500, 100]);
+        // More loss: AWI adds k * lost / sent * w_fixed = 0.5 * 20 / 100 * 50 = 5.
+        links[0].peer_received = 170;
+        links[0].peer_lost = 30;
+        overflow_split(&mut o, t(100), &links, 1);
+        assert_eq!(o.weight(LinkId(1)), 15.0);
+    }
+
+    #[test]
+    fn overflow_weight_decays_after_t_dwd_without_loss_and_is_clamped() {
+        let mut o = Overflow::new(OverflowParams::default());
+        let mut links = [view(0, 13, 0), view(1, 35, 0)];
+        let t = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        overflow_split(&mut o, t(0), &links, 1);
+        links[0].peer_received = 100;
+        links[0].peer_lost = 400;
+        overflow_split(&mut o, t(50), &links, 1);
+        assert_eq!(o.weight(LinkId(1)), 50.0, "clamped to w_max");
+        // No loss for less than T_dwd (250 ms): unchanged.
+        for ms in [100, 150, 200, 250] {
+            overflow_split(&mut o, t(ms), &links, 1);
+        }
+        assert_eq!(o.weight(LinkId(1)), 50.0);
+        // From T_dwd on, minus one per report.
+        overflow_split(&mut o, t(300), &links, 1);
+        assert_eq!(o.weight(LinkId(1)), 49.0);
+        overflow_split(&mut o, t(350), &links, 1);
+        assert_eq!(o.weight(LinkId(1)), 48.0);
+    }
+
+    #[test]
+    fn overflow_waits_for_its_link_instead_of_breaking_the_ratio() {
+        let mut o = Overflow::new(OverflowParams::default());
+        let links = [view(0, 13, 2), view(1, 35, 0)];
+        assert_eq!(o.bind(Instant::ZERO, &meta(), &links), Binding::Wait);
+    }
+
+    fn info(
+        proto: u8,
+        sport: u16,
+        dport: u16,
+        dscp: u8,
+        src4: [u8; 4],
+    ) -> crate::classify::PacketInfo {
+        let mut src = [0u8; 16];
+        src[10] = 0xff;
+        src[11] = 0xff;
+        src[12..].copy_from_slice(&src4);
+        crate::classify::PacketInfo {
+            key: crate::classify::FlowKey {
+                protocol: proto,
+                src,
+                dst: [0; 16],
+                src_port: sport,
+                dst_port: dport,
+            },
+            dscp,
+            ecn: 0,
+        }
+    }
+
+    #[test]
+    fn rules_match_every_condition_set_and_the_first_match_wins() {
+        let mut net = [0u8; 16];
+        net[10] = 0xff;
+        net[11] = 0xff;
+        net[12] = 10;
+        let rules = [
+            PolicyRule {
+                dscp: Some(46),
+                policy: PolicyKind::Redundant,
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                protocol: Some(6),
+                ports: Some((5000, 5999)),
+                policy: PolicyKind::Aggregate,
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                prefix: Some((net, 104)),
+                policy: PolicyKind::Overflow,
+                ..PolicyRule::default()
+            },
+        ];
+        let d = PolicyKind::MinRtt;
+        assert_eq!(
+            policy_for(&rules, d, &info(17, 1, 2, 46, [1, 2, 3, 4])),
+            PolicyKind::Redundant
+        );
+        assert_eq!(
+            policy_for(&rules, d, &info(6, 40000, 5001, 0, [1, 2, 3, 4])),
+            PolicyKind::Aggregate
+        );
+        assert_eq!(
+            policy_for(&rules, d, &info(17, 40000, 5001, 0, [1, 2, 3, 4])),
+            d,
+            "UDP is not TCP"
+        );
+        assert_eq!(
+            policy_for(&rules, d, &info(17, 1, 2, 0, [10, 9, 8, 7])),
+            PolicyKind::Overflow
+        );
+        assert_eq!(policy_for(&rules, d, &info(17, 1, 2, 0, [11, 9, 8, 7])), d);
+        // The first match wins: EF inside 10/8 is redundant.
+        assert_eq!(
+            policy_for(&rules, d, &info(17, 1, 2, 46, [10, 9, 8, 7])),
+            PolicyKind::Redundant
+        );
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for n in PolicyKind::NAMES {
+            assert_eq!(n.parse::<PolicyKind>().unwrap().name(), n);
+        }
+        assert!(
+            "fastest"
+                .parse::<PolicyKind>()
+                .unwrap_err()
+                .contains("min-rtt, aggregate")
+        );
     }
 }

@@ -171,6 +171,88 @@ pub struct LateKnobs {
     /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
     #[serde(default = "default_rej_min_ms")]
     pub rej_min_ms: f64,
+    /// Rules mapping flows to policies (`[[late.rules]]`), first match wins.
+    #[serde(default)]
+    pub rules: Vec<RuleToml>,
+    /// Parameters of the overflow policy (`[late.overflow]`).
+    #[serde(default)]
+    pub overflow: OverflowToml,
+    /// Links a redundant flow's packet goes on (0: all). Default 2.
+    #[serde(default = "two")]
+    pub redundant_links: usize,
+}
+
+/// `[[late.rules]]`: flows to a policy. Every key set must match.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleToml {
+    /// A flow of the scenario by name (its ports, in the simulator and the lab).
+    pub flow: Option<String>,
+    /// DSCP of the flow's first packet.
+    pub dscp: Option<u8>,
+    /// IP protocol number (6 TCP, 17 UDP).
+    pub protocol: Option<u8>,
+    /// Source or destination port range, inclusive: `[lo, hi]`.
+    pub ports: Option<[u16; 2]>,
+    /// Source or destination address prefix, `a.b.c.d/len` or an IPv6 prefix.
+    pub prefix: Option<String>,
+    /// min-rtt, aggregate, overflow or redundant.
+    pub policy: String,
+}
+
+/// `[late.overflow]`: the bonding slides' parameters.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverflowToml {
+    /// AWI's gain. Default 0.5.
+    #[serde(default = "overflow_k")]
+    pub k: f64,
+    /// Time without loss before DWD, ms. Default 250.
+    #[serde(default = "overflow_t_dwd")]
+    pub t_dwd_ms: f64,
+    /// The primary link's weight. Default 50.
+    #[serde(default = "fifty_u32")]
+    pub w_fixed: u32,
+    /// A secondary link's largest weight. Default 50.
+    #[serde(default = "fifty_u32")]
+    pub w_max: u32,
+}
+
+fn overflow_k() -> f64 {
+    latebind_proto::policy::OverflowParams::default().k
+}
+
+fn overflow_t_dwd() -> f64 {
+    latebind_proto::policy::OverflowParams::default()
+        .t_dwd
+        .as_secs_f64()
+        * 1e3
+}
+
+fn fifty_u32() -> u32 {
+    50
+}
+
+impl Default for OverflowToml {
+    fn default() -> Self {
+        Self {
+            k: overflow_k(),
+            t_dwd_ms: overflow_t_dwd(),
+            w_fixed: 50,
+            w_max: 50,
+        }
+    }
+}
+
+/// Parses `a.b.c.d/len` (as IPv4-mapped IPv6, the engine's flow keys) or an IPv6 prefix.
+pub fn parse_prefix(text: &str) -> Option<([u8; 16], u8)> {
+    let (addr, len) = text.split_once('/')?;
+    let len: u8 = len.parse().ok()?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(a) if len <= 32 => Some((a.to_ipv6_mapped().octets(), 96 + len)),
+        std::net::IpAddr::V6(a) if len <= 128 => Some((a.octets(), len)),
+        _ => None,
+    }
 }
 
 fn default_reinjection() -> String {
@@ -191,6 +273,47 @@ impl LateKnobs {
     pub fn rej_min(&self) -> core::time::Duration {
         core::time::Duration::from_secs_f64(self.rej_min_ms.max(0.0) / 1e3)
     }
+
+    /// The default policy (validated when the scenario is loaded).
+    pub fn default_policy(&self) -> latebind_proto::PolicyKind {
+        self.policy.parse().unwrap_or_default()
+    }
+
+    /// The overflow policy's parameters.
+    pub fn overflow_params(&self) -> latebind_proto::policy::OverflowParams {
+        latebind_proto::policy::OverflowParams {
+            k: self.overflow.k,
+            t_dwd: core::time::Duration::from_secs_f64(self.overflow.t_dwd_ms.max(0.0) / 1e3),
+            w_fixed: self.overflow.w_fixed,
+            w_max: self.overflow.w_max,
+            ..latebind_proto::policy::OverflowParams::default()
+        }
+    }
+
+    /// The engine's rules; a rule naming a flow matches that flow's ports (`10000 + i` at
+    /// the client, `20000 + i` at the server, for the `i`-th flow).
+    pub fn engine_rules(&self, flows: &[FlowToml]) -> Vec<latebind_proto::PolicyRule> {
+        self.rules
+            .iter()
+            .map(|r| {
+                let flow_ports = r.flow.as_ref().and_then(|name| {
+                    flows
+                        .iter()
+                        .position(|f| &f.name == name)
+                        .map(|i| 10_000 + i as u16)
+                });
+                latebind_proto::PolicyRule {
+                    dscp: r.dscp,
+                    protocol: r.protocol,
+                    ports: flow_ports
+                        .map(|p| (p, p))
+                        .or(r.ports.map(|[lo, hi]| (lo, hi))),
+                    prefix: r.prefix.as_deref().and_then(parse_prefix),
+                    policy: r.policy.parse().unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
 }
 
 fn two() -> usize {
@@ -208,6 +331,9 @@ impl Default for LateKnobs {
             policy: min_rtt(),
             reinjection: default_reinjection(),
             rej_min_ms: default_rej_min_ms(),
+            rules: Vec::new(),
+            overflow: OverflowToml::default(),
+            redundant_links: 2,
         }
     }
 }
@@ -498,11 +624,68 @@ impl Scenario {
                 "a whole number of packets from 1 to 1024",
             ));
         }
-        if s.late.policy != "min-rtt" {
+        if let Err(e) = s.late.policy.parse::<latebind_proto::PolicyKind>() {
+            return Err(self.invalid("late.policy".into(), format!("{:?}", s.late.policy), &e));
+        }
+        for (i, r) in s.late.rules.iter().enumerate() {
+            let k = |key: &str| format!("late.rules[{i}].{key}");
+            if let Err(e) = r.policy.parse::<latebind_proto::PolicyKind>() {
+                return Err(self.invalid(k("policy"), format!("{:?}", r.policy), &e));
+            }
+            if let Some(name) = &r.flow
+                && !s.flows.iter().any(|f| &f.name == name)
+            {
+                return Err(self.invalid(k("flow"), format!("{name:?}"), "the name of a flow"));
+            }
+            if r.flow.is_some() && r.ports.is_some() {
+                return Err(self.invalid(k("ports"), "(set with flow)", "either flow or ports"));
+            }
+            if let Some(d) = r.dscp
+                && d > 63
+            {
+                return Err(self.invalid(k("dscp"), d, "a DSCP from 0 to 63"));
+            }
+            if let Some([lo, hi]) = r.ports
+                && lo > hi
+            {
+                return Err(self.invalid(
+                    k("ports"),
+                    format!("[{lo}, {hi}]"),
+                    "[lo, hi] with lo <= hi",
+                ));
+            }
+            if let Some(p) = &r.prefix
+                && parse_prefix(p).is_none()
+            {
+                return Err(self.invalid(
+                    k("prefix"),
+                    format!("{p:?}"),
+                    "an address prefix such as \"10.0.0.0/8\"",
+                ));
+            }
+        }
+        let o = &s.late.overflow;
+        if !(o.k.is_finite() && (0.0..=100.0).contains(&o.k)) {
+            return Err(self.invalid("late.overflow.k".into(), o.k, "a gain from 0 to 100"));
+        }
+        if !(o.t_dwd_ms.is_finite() && (0.0..=60_000.0).contains(&o.t_dwd_ms)) {
             return Err(self.invalid(
-                "late.policy".into(),
-                format!("{:?}", s.late.policy),
-                "min-rtt (aggregate, overflow and redundant are not built yet)",
+                "late.overflow.t_dwd_ms".into(),
+                o.t_dwd_ms,
+                "a time from 0 to 60000 ms",
+            ));
+        }
+        if !(1..=1000).contains(&o.w_fixed) {
+            return Err(self.invalid("late.overflow.w_fixed".into(), o.w_fixed, "1 to 1000"));
+        }
+        if o.w_max > 1000 {
+            return Err(self.invalid("late.overflow.w_max".into(), o.w_max, "0 to 1000"));
+        }
+        if s.late.redundant_links == 1 || s.late.redundant_links > 64 {
+            return Err(self.invalid(
+                "late.redundant_links".into(),
+                s.late.redundant_links,
+                "2 to 64 links, or 0 for every link",
             ));
         }
         if let Err(e) = s.late.reinjection.parse::<latebind_proto::ReinjectTimer>() {

@@ -330,6 +330,10 @@ impl World {
                 for c in [&mut cc, &mut sc] {
                     c.reinjection = spec.late.reinjection_timer();
                     c.rej_min = spec.late.rej_min();
+                    c.default_policy = spec.late.default_policy();
+                    c.rules = spec.late.engine_rules(&spec.flows);
+                    c.overflow = spec.late.overflow_params();
+                    c.redundant_links = spec.late.redundant_links;
                 }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {

@@ -127,3 +127,24 @@ fn thin_traffic_is_reinjected_only_after_a_real_loss() {
     assert_eq!(no_cut.totals.reinjected, 0, "{:?}", no_cut.engine);
     assert_eq!(no_cut.engine.as_ref().map(|e| e.suspected), Some(0));
 }
+
+/// No link is special: when the preferred path is the second link (not the first one,
+/// which carries nothing special in the simulator either), losing it is recovered the
+/// same way, within the same bound.
+#[test]
+fn losing_the_second_link_recovers_the_same_way() {
+    let r = on_off(&[
+        "links.0.outages=[]",
+        "links.1.delay_ms=5.0",
+        "links.1.outages=[[5.0, 10.0], [15.0, 18.0]]",
+        "links.1.outage_local=false",
+    ]);
+    let cbr = flow(&r, "cbr");
+    assert_eq!(cbr.lost, 0, "{cbr:?}");
+    // The surviving path is now the first one (RTT 20 ms, under the 40 ms of the bound).
+    for f in [cbr, flow(&r, "tcp")] {
+        assert!(f.max_gap_ms <= STALL_BOUND_MS, "{f:?}");
+    }
+    assert!(r.links[1].reinjected_from > 0, "{:?}", r.links);
+    assert_eq!(r.links[0].reinjected_from, 0, "{:?}", r.links);
+}
