@@ -461,6 +461,13 @@ impl Driver {
                         "learnt {link} is unknown"
                     );
                 }
+                Event::Reinjected { link, packets, .. } => {
+                    assert!(packets > 0, "an empty reinjection event");
+                    assert!(
+                        self.ep.link_stats(link).is_some(),
+                        "reinjection from unknown {link}"
+                    );
+                }
             }
         }
 

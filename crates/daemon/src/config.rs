@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use core::time::Duration;
 
 use latebind_crypto::{PublicKey, StaticSecret};
-use latebind_proto::ReinjectTimer;
+use latebind_proto::policy::parse_prefix;
+use latebind_proto::{OverflowParams, PolicyKind, PolicyRule, ReinjectTimer};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -89,6 +90,11 @@ pub struct ClientSection {
     pub reinjection: Option<String>,
     /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
     pub rej_min_ms: Option<f64>,
+    /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
+    /// `overflow` or `redundant`.
+    pub policy: Option<String>,
+    /// Links a redundant flow's packet goes on (0: every link). Default 2.
+    pub redundant_links: Option<usize>,
 }
 
 /// `[[links]]` of a client.
@@ -108,6 +114,60 @@ pub struct LinkSection {
     pub backup: bool,
 }
 
+/// `[[rules]]`: flows to a binding policy; every key set must match, first match wins.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSection {
+    /// DSCP of the flow's first packet (46 is EF).
+    pub dscp: Option<u8>,
+    /// IP protocol number (6 TCP, 17 UDP).
+    pub protocol: Option<u8>,
+    /// Source or destination port range, inclusive: `[lo, hi]`.
+    pub ports: Option<[u16; 2]>,
+    /// Source or destination address prefix, `a.b.c.d/len` or an IPv6 prefix.
+    pub prefix: Option<String>,
+    /// `min-rtt`, `aggregate`, `overflow` or `redundant`.
+    pub policy: String,
+}
+
+/// `[overflow]`: the overflow policy's parameters (the bonding slides' names).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverflowSection {
+    /// AWI's gain. Default 0.5.
+    pub k: Option<f64>,
+    /// Time without loss before DWD lowers the secondary weights, ms. Default 250.
+    pub t_dwd_ms: Option<f64>,
+    /// The primary (first) link's weight. Default 50.
+    pub w_fixed: Option<u32>,
+    /// Largest weight of a secondary link. Default 50.
+    pub w_max: Option<u32>,
+}
+
+/// Binding policies, validated: the default, the rules, the overflow parameters and the
+/// redundant links, as the engine takes them.
+#[derive(Clone, Debug)]
+pub struct Policies {
+    /// Policy of flows no rule matches.
+    pub default: PolicyKind,
+    /// Rules, first match wins.
+    pub rules: Vec<PolicyRule>,
+    /// Overflow parameters.
+    pub overflow: OverflowParams,
+    /// Links a redundant flow's packet goes on.
+    pub redundant_links: usize,
+}
+
+impl Policies {
+    /// Puts them into an engine configuration.
+    pub fn apply(&self, c: &mut latebind_proto::Config) {
+        c.default_policy = self.default;
+        c.rules = self.rules.clone();
+        c.overflow = self.overflow;
+        c.redundant_links = self.redundant_links;
+    }
+}
+
 /// A client configuration file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,6 +176,12 @@ pub struct ClientFile {
     pub client: ClientSection,
     /// `[[links]]`.
     pub links: Vec<LinkSection>,
+    /// `[[rules]]`.
+    #[serde(default)]
+    pub rules: Vec<RuleSection>,
+    /// `[overflow]`.
+    #[serde(default)]
+    pub overflow: OverflowSection,
 }
 
 /// `[server]`.
@@ -147,6 +213,11 @@ pub struct ServerSection {
     pub reinjection: Option<String>,
     /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
     pub rej_min_ms: Option<f64>,
+    /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
+    /// `overflow` or `redundant`.
+    pub policy: Option<String>,
+    /// Links a redundant flow's packet goes on (0: every link). Default 2.
+    pub redundant_links: Option<usize>,
 }
 
 /// `[[peers]]`: a client the server accepts.
@@ -171,6 +242,12 @@ pub struct ServerFile {
     /// `[[peers]]`.
     #[serde(default)]
     pub peers: Vec<PeerSection>,
+    /// `[[rules]]`.
+    #[serde(default)]
+    pub rules: Vec<RuleSection>,
+    /// `[overflow]`.
+    #[serde(default)]
+    pub overflow: OverflowSection,
 }
 
 /// A validated client configuration.
@@ -190,6 +267,8 @@ pub struct ClientConfig {
     pub control_socket: PathBuf,
     /// Reinjection timer and its floor.
     pub reinjection: (ReinjectTimer, Duration),
+    /// Binding policies.
+    pub policies: Policies,
 }
 
 /// A validated server configuration.
@@ -207,6 +286,8 @@ pub struct ServerConfig {
     pub control_socket: PathBuf,
     /// Reinjection timer and its floor.
     pub reinjection: (ReinjectTimer, Duration),
+    /// Binding policies.
+    pub policies: Policies,
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -324,6 +405,100 @@ impl V<'_> {
         Ok((timer, floor))
     }
 
+    fn policies(
+        &self,
+        section: &str,
+        default: Option<&String>,
+        redundant_links: Option<usize>,
+        rules: &[RuleSection],
+        o: &OverflowSection,
+    ) -> Result<Policies, ConfigError> {
+        let kind = |key: String, text: &str| {
+            text.parse::<PolicyKind>()
+                .map_err(|e| self.err(key, format!("{text:?}"), &e))
+        };
+        let default = match default {
+            Some(p) => kind(format!("{section}.policy"), p)?,
+            None => PolicyKind::default(),
+        };
+        let mut out = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let k = |key: &str| format!("rules[{i}].{key}");
+            let policy = kind(k("policy"), &r.policy)?;
+            if let Some(d) = r.dscp
+                && d > 63
+            {
+                return Err(self.err(k("dscp"), d, "a DSCP from 0 to 63"));
+            }
+            if let Some([lo, hi]) = r.ports
+                && lo > hi
+            {
+                return Err(self.err(
+                    k("ports"),
+                    format!("[{lo}, {hi}]"),
+                    "[lo, hi] with lo <= hi",
+                ));
+            }
+            let prefix = match &r.prefix {
+                Some(p) => Some(parse_prefix(p).ok_or_else(|| {
+                    self.err(
+                        k("prefix"),
+                        format!("{p:?}"),
+                        "an address prefix such as \"10.0.0.0/8\"",
+                    )
+                })?),
+                None => None,
+            };
+            out.push(PolicyRule {
+                dscp: r.dscp,
+                protocol: r.protocol,
+                ports: r.ports.map(|[lo, hi]| (lo, hi)),
+                prefix,
+                policy,
+            });
+        }
+        let d = OverflowParams::default();
+        let k = o.k.unwrap_or(d.k);
+        if !(k.is_finite() && (0.0..=100.0).contains(&k)) {
+            return Err(self.err("overflow.k", k, "a gain from 0 to 100"));
+        }
+        let t_dwd = match o.t_dwd_ms {
+            Some(ms) if ms.is_finite() && (0.0..=60_000.0).contains(&ms) => {
+                Duration::from_secs_f64(ms / 1e3)
+            }
+            Some(ms) => return Err(self.err("overflow.t_dwd_ms", ms, "a time from 0 to 60000 ms")),
+            None => d.t_dwd,
+        };
+        let w_fixed = o.w_fixed.unwrap_or(d.w_fixed);
+        if !(1..=1000).contains(&w_fixed) {
+            return Err(self.err("overflow.w_fixed", w_fixed, "a weight from 1 to 1000"));
+        }
+        let w_max = o.w_max.unwrap_or(d.w_max);
+        if w_max > 1000 {
+            return Err(self.err("overflow.w_max", w_max, "a weight from 0 to 1000"));
+        }
+        let redundant_links = redundant_links.unwrap_or(2);
+        if redundant_links == 1 || redundant_links > 64 {
+            return Err(self.err(
+                format!("{section}.redundant_links"),
+                redundant_links,
+                "2 to 64 links, or 0 for every link",
+            ));
+        }
+        Ok(Policies {
+            default,
+            rules: out,
+            overflow: OverflowParams {
+                k,
+                t_dwd,
+                w_fixed,
+                w_max,
+                ..d
+            },
+            redundant_links,
+        })
+    }
+
     fn ifname(&self, key: &str, name: &str) -> Result<(), ConfigError> {
         if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
             return Err(self.err(
@@ -364,6 +539,13 @@ impl ClientConfig {
         v.ifname("client.tun", &c.tun)?;
         v.budget("client.budget_packets", c.budget_packets)?;
         let reinjection = v.reinjection("client", c.reinjection.as_ref(), c.rej_min_ms)?;
+        let policies = v.policies(
+            "client",
+            c.policy.as_ref(),
+            c.redundant_links,
+            &file.rules,
+            &file.overflow,
+        )?;
         if let Some(m) = c.mtu
             && !(576..=9000).contains(&m)
         {
@@ -396,6 +578,7 @@ impl ClientConfig {
             routes,
             control_socket,
             reinjection,
+            policies,
             file,
         })
     }
@@ -422,6 +605,13 @@ impl ServerConfig {
         v.ifname("server.tun", &s.tun)?;
         v.budget("server.budget_packets", s.budget_packets)?;
         let reinjection = v.reinjection("server", s.reinjection.as_ref(), s.rej_min_ms)?;
+        let policies = v.policies(
+            "server",
+            s.policy.as_ref(),
+            s.redundant_links,
+            &file.rules,
+            &file.overflow,
+        )?;
         if s.listen.is_empty() {
             return Err(v.err(
                 "server.listen",
@@ -464,6 +654,7 @@ impl ServerConfig {
             peers,
             control_socket,
             reinjection,
+            policies,
             file,
         })
     }
@@ -508,6 +699,45 @@ mod tests {
             c.reinjection,
             (ReinjectTimer::MinRttRttvar, Duration::from_micros(2500))
         );
+    }
+
+    #[test]
+    fn example_rules_and_policies_parse() {
+        let c = ClientConfig::parse(Path::new("c.toml"), &client_text("")).unwrap();
+        assert_eq!(c.policies.default, PolicyKind::MinRtt);
+        assert_eq!(c.policies.rules.len(), 1);
+        assert_eq!(c.policies.rules[0].dscp, Some(46));
+        assert_eq!(c.policies.rules[0].policy, PolicyKind::Redundant);
+        assert_eq!(c.policies.overflow.k, 0.5);
+        let text = client_text("").replace("dscp = 46 ", "prefix = \"10.1.0.0/16\" ");
+        let c = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
+        assert_eq!(c.policies.rules[0].prefix.map(|p| p.1), Some(96 + 16));
+    }
+
+    #[test]
+    fn bad_policy_keys_name_key_value_and_expectation() {
+        let e = ClientConfig::parse(
+            Path::new("c.toml"),
+            &client_text("").replace("policy = \"redundant\"", "policy = \"fastest\""),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("rules[0].policy = \"fastest\""), "{e}");
+        assert!(e.contains("min-rtt, aggregate, overflow, redundant"), "{e}");
+        let e = ClientConfig::parse(
+            Path::new("c.toml"),
+            &client_text("").replace("dscp = 46 ", "ports = [6000, 5000] "),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("rules[0].ports = [6000, 5000]"), "{e}");
+        let e = ClientConfig::parse(
+            Path::new("c.toml"),
+            &client_text("").replace("k = 0.5", "k = -1.0"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("overflow.k = -1"), "{e}");
     }
 
     #[test]

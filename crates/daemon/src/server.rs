@@ -82,6 +82,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let max_mss = mtu.saturating_sub(40);
     let hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let reinjection = cfg.reinjection;
+    let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
     let mut tunbuf = vec![0u8; 65536];
     let mut rxbuf = vec![0u8; 65536];
@@ -195,6 +196,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                             .budget_packets(s.budget_packets);
                                         config.hash_seed = hash_seed;
                                         (config.reinjection, config.rej_min) = reinjection;
+                                        policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)
                                             .expect("server engine config is validated");
                                         Client {

@@ -86,6 +86,8 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(server, "budget_packets = {budget}")?;
     writeln!(server, "reinjection = {:?}", spec.late.reinjection)?;
     writeln!(server, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
+    writeln!(server, "policy = \"{}\"", spec.late.default_policy().name())?;
+    writeln!(server, "redundant_links = {}", spec.late.redundant_links)?;
     writeln!(server, "\n[[peers]]\nname = \"client\"")?;
     writeln!(server, "public_key = \"{}\"", client_key.public_key())?;
     writeln!(server, "address = \"{CLIENT_TUN}\"")?;
@@ -109,6 +111,8 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(client, "budget_packets = {budget}")?;
     writeln!(client, "reinjection = {:?}", spec.late.reinjection)?;
     writeln!(client, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
+    writeln!(client, "policy = \"{}\"", spec.late.default_policy().name())?;
+    writeln!(client, "redundant_links = {}", spec.late.redundant_links)?;
     for l in links {
         let name = &spec.links[l.index].name;
         let unique = spec.links.iter().filter(|o| &o.name == name).count() == 1;
@@ -122,6 +126,36 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         writeln!(client, "interface = \"{}\"", l.client_if)?;
         writeln!(client, "server = \"{}:{PORT}\"", l.server)?;
     }
+    // The same binding policies at both ends; a rule naming a flow matches its ports.
+    let mut policies = String::new();
+    for r in spec.late.engine_rules(&spec.flows) {
+        writeln!(policies, "\n[[rules]]")?;
+        if let Some(d) = r.dscp {
+            writeln!(policies, "dscp = {d}")?;
+        }
+        if let Some(p) = r.protocol {
+            writeln!(policies, "protocol = {p}")?;
+        }
+        if let Some((lo, hi)) = r.ports {
+            writeln!(policies, "ports = [{lo}, {hi}]")?;
+        }
+        if let Some((net, len)) = r.prefix {
+            let a = std::net::Ipv6Addr::from(net);
+            match a.to_ipv4_mapped() {
+                Some(v4) if len >= 96 => writeln!(policies, "prefix = \"{v4}/{}\"", len - 96)?,
+                _ => writeln!(policies, "prefix = \"{a}/{len}\"")?,
+            }
+        }
+        writeln!(policies, "policy = \"{}\"", r.policy.name())?;
+    }
+    let o = &spec.late.overflow;
+    writeln!(policies, "\n[overflow]")?;
+    writeln!(policies, "k = {:?}", o.k)?;
+    writeln!(policies, "t_dwd_ms = {:?}", o.t_dwd_ms)?;
+    writeln!(policies, "w_fixed = {}", o.w_fixed)?;
+    writeln!(policies, "w_max = {}", o.w_max)?;
+    server.push_str(&policies);
+    client.push_str(&policies);
     Ok((server, client))
 }
 

@@ -433,15 +433,7 @@ fn run_mode(
             topo.ip_batch(Role::Client, &client_cmds)?;
             topo.ip_batch(Role::Server, &server_cmds)?;
         }
-        LabMode::Late => {
-            if spec.late.policy != "min-rtt" {
-                notes.push(format!(
-                    "late.policy = {:?}: the daemons have no policy setting yet; they ran \
-                     their default (min-rtt)",
-                    spec.late.policy
-                ));
-            }
-        }
+        LabMode::Late => {}
         LabMode::Mptcp => {
             for role in [Role::Client, Role::Server] {
                 topo.sysctl(role, "net.mptcp.enabled", "1")?;
@@ -1023,6 +1015,12 @@ fn run_mode(
                 .filter_map(|s| s.links.iter().find(|l| usize::from(l.id) == i))
                 .map(|l| l.reinjected)
                 .sum();
+            let data_sent = [client_session, server_session]
+                .iter()
+                .flatten()
+                .filter_map(|s| s.links.iter().find(|l| usize::from(l.id) == i))
+                .map(|l| l.data_sent)
+                .sum();
             // A remote outage leaves the client's interface up: what the emulator's uplink
             // refused during it left the client and was lost on the link.
             let remote_up = if spec.links[i].outage_local {
@@ -1042,6 +1040,7 @@ fn run_mode(
                 dropped_outage: e.up.dropped_outage - remote_up + e.down.dropped_outage,
                 max_queue_below_binding: max_below,
                 reinjected_from: reinjected,
+                data_sent,
             }
         })
         .collect();

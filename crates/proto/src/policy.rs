@@ -112,6 +112,18 @@ impl PolicyRule {
     }
 }
 
+/// Parses an address prefix for [`PolicyRule::prefix`]: `a.b.c.d/len` (as IPv4-mapped
+/// IPv6, the engine's flow keys) or an IPv6 prefix.
+pub fn parse_prefix(text: &str) -> Option<([u8; 16], u8)> {
+    let (addr, len) = text.split_once('/')?;
+    let len: u8 = len.parse().ok()?;
+    match addr.parse::<core::net::IpAddr>().ok()? {
+        core::net::IpAddr::V4(a) if len <= 32 => Some((a.to_ipv6_mapped().octets(), 96 + len)),
+        core::net::IpAddr::V6(a) if len <= 128 => Some((a.octets(), len)),
+        _ => None,
+    }
+}
+
 fn in_prefix(addr: &[u8; 16], net: &[u8; 16], len: u8) -> bool {
     let len = usize::from(len.min(128));
     let (bytes, bits) = (len / 8, len % 8);

@@ -68,8 +68,11 @@ pub struct LinkReport {
     pub dropped_outage: u64,
     /// Most packets ever waiting at the client's side of the link.
     pub max_queue_below_binding: usize,
-    /// Packets moved off this link by reinjection (not built yet: always 0).
+    /// Packets moved off this link by reinjection, both ends.
     pub reinjected_from: u64,
+    /// Inner packets bound to this link (mode late, both ends; reinjections and redundant
+    /// copies included; 0 in mode early).
+    pub data_sent: u64,
 }
 
 /// Totals.
@@ -218,6 +221,10 @@ impl Report {
                 reinjected_from: engine_sum(&|e| {
                     e.link_stats(latebind_proto::LinkId(i as u16))
                         .map_or(0, |s| s.reinjected)
+                }),
+                data_sent: engine_sum(&|e| {
+                    e.link_stats(latebind_proto::LinkId(i as u16))
+                        .map_or(0, |s| s.data_sent)
                 }),
             })
             .collect();

@@ -244,16 +244,7 @@ impl Default for OverflowToml {
     }
 }
 
-/// Parses `a.b.c.d/len` (as IPv4-mapped IPv6, the engine's flow keys) or an IPv6 prefix.
-pub fn parse_prefix(text: &str) -> Option<([u8; 16], u8)> {
-    let (addr, len) = text.split_once('/')?;
-    let len: u8 = len.parse().ok()?;
-    match addr.parse::<std::net::IpAddr>().ok()? {
-        std::net::IpAddr::V4(a) if len <= 32 => Some((a.to_ipv6_mapped().octets(), 96 + len)),
-        std::net::IpAddr::V6(a) if len <= 128 => Some((a.octets(), len)),
-        _ => None,
-    }
-}
+pub use latebind_proto::policy::parse_prefix;
 
 fn default_reinjection() -> String {
     latebind_proto::Config::default().reinjection.name().into()
