@@ -10,6 +10,10 @@
 //! over): the difference to 1,000 flows is what per-flow state and 1,000 different packets
 //! cost once they no longer stay in cache.
 //!
+//! A third group is the binding decision of each policy with 10,000 flows and 8 links
+//! (min-rtt, aggregate, overflow, redundant; a redundant packet costs two datagrams, both
+//! counted in its time).
+//!
 //! Run: `cargo bench -p latebind-proto --bench engine`
 
 use std::collections::VecDeque;
@@ -17,7 +21,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use latebind_proto::{Config, Endpoint, Instant, LinkConfig, LinkId, Role, wire};
+use latebind_proto::{Config, Endpoint, Instant, LinkConfig, LinkId, PolicyKind, Role, wire};
 
 const FLOWS: usize = 1000;
 const LINKS: u16 = 4;
@@ -45,18 +49,24 @@ struct Harness {
     now: Instant,
     buf: Vec<u8>,
     ack: Vec<u8>,
-    sent_pn: [u64; LINKS as usize],
-    acked_pn: [u64; LINKS as usize],
+    links: u16,
+    sent_pn: Vec<u64>,
+    acked_pn: Vec<u64>,
     count: u64,
 }
 
 impl Harness {
     fn new() -> Self {
+        Self::with(LINKS, PolicyKind::MinRtt)
+    }
+
+    fn with(links: u16, policy: PolicyKind) -> Self {
         let mut config = Config::new(Role::Client);
         config.budget_packets(2);
+        config.default_policy = policy;
         let now = Instant::ZERO;
         let mut engine = Endpoint::new(config, now).unwrap();
-        for l in 0..LINKS {
+        for l in 0..links {
             engine.add_link(now, LinkId(l), LinkConfig::default());
         }
         let mut h = Self {
@@ -64,8 +74,9 @@ impl Harness {
             now,
             buf: Vec::with_capacity(2048),
             ack: Vec::with_capacity(256),
-            sent_pn: [0; LINKS as usize],
-            acked_pn: [0; LINKS as usize],
+            links,
+            sent_pn: vec![0; usize::from(links)],
+            acked_pn: vec![0; usize::from(links)],
             count: 0,
         };
         // Drain the initial probes.
@@ -87,6 +98,11 @@ impl Harness {
         let l = usize::from(t.link.0);
         self.sent_pn[l] += 1;
         self.engine.handle_tx_done(self.now, t.link);
+        // A redundant packet's copy (nothing else is pending).
+        while let Some(t) = self.engine.poll_transmit(self.now, &mut self.buf) {
+            self.sent_pn[usize::from(t.link.0)] += 1;
+            self.engine.handle_tx_done(self.now, t.link);
+        }
         self.count += 1;
         if self.count.is_multiple_of(64) {
             self.feed_acks();
@@ -95,7 +111,7 @@ impl Harness {
     }
 
     fn feed_acks(&mut self) {
-        for l in 0..LINKS {
+        for l in 0..self.links {
             let li = usize::from(l);
             if self.sent_pn[li] == self.acked_pn[li] {
                 continue;
@@ -176,6 +192,27 @@ fn bench(c: &mut Criterion) {
     g.bench_function("latebind: classify+enqueue+bind+frame", |b| {
         b.iter(|| black_box(h.one(black_box(&pkts[0]))))
     });
+    g.finish();
+
+    const MANY: usize = 10_000;
+    let pkts = packets(MANY);
+    let mut g = c.benchmark_group("send_path_10000_flows_8_links");
+    g.throughput(Throughput::Elements(1));
+    for policy in [
+        PolicyKind::MinRtt,
+        PolicyKind::Aggregate,
+        PolicyKind::Overflow,
+        PolicyKind::Redundant,
+    ] {
+        let mut h = Harness::with(8, policy);
+        let mut i = 0usize;
+        g.bench_function(policy.name(), |b| {
+            b.iter(|| {
+                i = (i + 1) % MANY;
+                black_box(h.one(black_box(&pkts[i])))
+            })
+        });
+    }
     g.finish();
 }
 

@@ -621,6 +621,13 @@ impl Endpoint {
                         let s = &mut self.links[i].stats;
                         s.peer_reported_lost = s.peer_reported_lost.max(e.lost);
                         s.peer_reported_received = s.peer_reported_received.max(e.received);
+                        let (id, r, l) = (
+                            LinkId(e.link),
+                            s.peer_reported_received,
+                            s.peer_reported_lost,
+                        );
+                        self.overflow.on_loss_report(id, r, l);
+                        self.policy.on_loss_report(id, r, l);
                     }
                 }
             }
@@ -667,15 +674,21 @@ impl Endpoint {
         self.reorder.insert(now, hold, flow, fseq, buf);
     }
 
-    fn on_lost(&mut self, lost: Vec<SentPacket>) {
+    fn on_lost(&mut self, mut lost: Vec<SentPacket>) {
+        self.forget_lost(&mut lost);
+    }
+
+    /// Packets declared lost: counted, their payloads recycled; a packet whose payload was
+    /// reinjected is resolved (nothing left to cancel or count).
+    fn forget_lost(&mut self, lost: &mut Vec<SentPacket>) {
         self.stats.lost += lost.len() as u64;
-        for p in lost {
+        for p in lost.drain(..) {
             if let Some(d) = p.data {
-                self.recycle(d.payload);
-            }
-            if let Some(g) = p.reinjected {
-                // The original is resolved (lost): nothing left to cancel or count.
-                self.reinject_state.remove(&g);
+                if d.taken {
+                    self.reinject_state.remove(&d.global_seq);
+                } else {
+                    self.recycle(d.payload);
+                }
             }
         }
     }
@@ -798,12 +811,7 @@ impl Endpoint {
                 self.links[i].ping_due = Some(now);
             }
         }
-        self.stats.lost += lost.len() as u64;
-        for p in lost.drain(..) {
-            if let Some(d) = p.data {
-                self.recycle(d.payload);
-            }
-        }
+        self.forget_lost(&mut lost);
         self.lost_scratch = lost;
         if now >= self.next_loss_report {
             self.loss_report_due = self.links.iter().any(|l| l.rx.received > 0);
@@ -1166,6 +1174,7 @@ impl Endpoint {
             flow,
             flow_seq,
             sent_on: link_bit(self.links[li].id),
+            taken: false,
         };
         if kind == PolicyKind::Redundant {
             let links = match self.config.redundant_links {

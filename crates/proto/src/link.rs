@@ -89,6 +89,9 @@ pub(crate) struct SentData {
     pub(crate) flow_seq: u64,
     /// Every link this packet was sent on (bit `id % 64`): it is never sent twice on one.
     pub(crate) sent_on: u64,
+    /// The payload was taken for reinjection on another link (it is empty here); the
+    /// record stays so that a late acknowledgement can cancel or count the reinjection.
+    pub(crate) taken: bool,
 }
 
 /// The bit of a link in [`SentData::sent_on`].
@@ -106,9 +109,6 @@ pub(crate) struct SentPacket {
     pub(crate) eliciting: bool,
     pub(crate) size: usize,
     pub(crate) data: Option<SentData>,
-    /// The global sequence of the inner packet this datagram carried, once that packet
-    /// was taken for reinjection on another link (`data` is then `None`).
-    pub(crate) reinjected: Option<u64>,
     /// Link's delivered bytes when this was sent (delivery-rate sampling).
     delivered: u64,
     delivered_time: Instant,
@@ -370,10 +370,6 @@ pub struct LinkView {
     pub pacer_next: Instant,
     /// Backup link: used only when no other link is up.
     pub backup: bool,
-    /// Packets the peer reported received on this link (cumulative, LOSS_REPORT).
-    pub peer_received: u64,
-    /// Packets the peer reported lost on this link (cumulative, LOSS_REPORT).
-    pub peer_lost: u64,
 }
 
 impl LinkView {
@@ -488,8 +484,6 @@ impl Link {
             in_flight: self.in_flight,
             pacer_next: self.pacer_next(now),
             backup: self.config.backup,
-            peer_received: self.stats.peer_reported_received,
-            peer_lost: self.stats.peer_reported_lost,
         }
     }
 
@@ -541,7 +535,6 @@ impl Link {
             eliciting,
             size,
             data,
-            reinjected: None,
             delivered: self.delivered,
             delivered_time: self.delivered_time,
         });
@@ -644,13 +637,12 @@ impl Link {
                 if pn == largest {
                     rtt_sample = Some(now - p.time);
                 }
-                if let Some(g) = p.reinjected {
-                    out.reinjected_acked.push(g);
-                }
-                if let Some(d) = p.data
-                    && recycle.len() < RECYCLE_LIMIT
-                {
-                    recycle.push(d.payload);
+                if let Some(d) = p.data {
+                    if d.taken {
+                        out.reinjected_acked.push(d.global_seq);
+                    } else if recycle.len() < RECYCLE_LIMIT {
+                        recycle.push(d.payload);
+                    }
                 }
                 if !p.eliciting {
                     continue;
@@ -750,10 +742,19 @@ impl Link {
     /// or count the reinjection.
     pub(crate) fn take_unacked_data(&mut self, out: &mut Vec<SentData>) -> usize {
         let mut n = 0;
-        for p in self.sent.iter_mut().flatten() {
-            if let Some(d) = p.data.take() {
-                p.reinjected = Some(d.global_seq);
-                out.push(d);
+        for d in self
+            .sent
+            .iter_mut()
+            .flatten()
+            .filter_map(|p| p.data.as_mut())
+        {
+            if !d.taken {
+                d.taken = true;
+                out.push(SentData {
+                    payload: std::mem::take(&mut d.payload),
+                    taken: false,
+                    ..*d
+                });
                 n += 1;
             }
         }

@@ -159,6 +159,10 @@ pub trait BindPolicy: fmt::Debug + Send {
     fn name(&self) -> &'static str;
     /// Chooses a link for `packet`. `links` lists every link (any state) in id order.
     fn bind(&mut self, now: Instant, packet: &PacketMeta, links: &[LinkView]) -> Binding;
+
+    /// The peer reported, cumulatively, `received` packets and `lost` packets missing on
+    /// `link` (LOSS_REPORT). Policies that follow loss override this.
+    fn on_loss_report(&mut self, _link: LinkId, _received: u64, _lost: u64) {}
 }
 
 /// Lowest expected delivery time: for each usable link, the time until the packet would
@@ -340,6 +344,8 @@ pub struct Overflow {
     last_loss: Option<Instant>,
     /// The primary's cumulative peer-reported (received, lost) at the last update.
     last_counts: Option<(LinkId, u64, u64)>,
+    /// The latest cumulative peer-reported (received, lost) per link.
+    reported: Vec<(LinkId, u64, u64)>,
 }
 
 impl Overflow {
@@ -376,7 +382,11 @@ impl Overflow {
         }
         let p = self.params;
         self.next_update = Some(now + p.t_report);
-        let (received, lost) = (primary.peer_received, primary.peer_lost);
+        let (received, lost) = self
+            .reported
+            .iter()
+            .find(|(l, _, _)| *l == primary.id)
+            .map_or((0, 0), |&(_, r, l)| (r, l));
         let (d_recv, d_lost) = match self.last_counts {
             Some((id, r, l)) if id == primary.id => {
                 (received.saturating_sub(r), lost.saturating_sub(l))
@@ -409,6 +419,13 @@ impl Overflow {
 impl BindPolicy for Overflow {
     fn name(&self) -> &'static str {
         "overflow"
+    }
+
+    fn on_loss_report(&mut self, link: LinkId, received: u64, lost: u64) {
+        match self.reported.iter_mut().find(|(l, _, _)| *l == link) {
+            Some(e) => *e = (link, received, lost),
+            None => self.reported.push((link, received, lost)),
+        }
     }
 
     fn bind(&mut self, now: Instant, _packet: &PacketMeta, links: &[LinkView]) -> Binding {
@@ -472,8 +489,6 @@ mod tests {
             in_flight: 0,
             pacer_next: Instant::ZERO,
             backup: false,
-            peer_received: 0,
-            peer_lost: 0,
         }
     }
 
@@ -603,12 +618,11 @@ mod tests {
     #[test]
     fn overflow_fills_the_primary_until_it_reports_loss() {
         let mut o = Overflow::new(OverflowParams::default());
-        let mut links = [view(0, 13, 0), view(1, 35, 0)];
+        let links = [view(0, 13, 0), view(1, 35, 0)];
         let t = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         assert_eq!(overflow_split(&mut o, t(0), &links, 100), [100, 0]);
         // The peer reports 10 of 100 packets lost on the primary.
-        links[0].peer_received = 90;
-        links[0].peer_lost = 10;
+        o.on_loss_report(LinkId(0), 90, 10);
         overflow_split(&mut o, t(50), &links, 1);
         // IWI: from 0, the weight becomes the number lost.
         assert_eq!(o.weight(LinkId(1)), 10.0);
@@ -616,8 +630,7 @@ mod tests {
         // Weights 50 : 10.
         assert_eq!(split, [500, 100]);
         // More loss: AWI adds k * lost / sent * w_fixed = 0.5 * 20 / 100 * 50 = 5.
-        links[0].peer_received = 170;
-        links[0].peer_lost = 30;
+        o.on_loss_report(LinkId(0), 170, 30);
         overflow_split(&mut o, t(100), &links, 1);
         assert_eq!(o.weight(LinkId(1)), 15.0);
     }
@@ -625,11 +638,10 @@ mod tests {
     #[test]
     fn overflow_weight_decays_after_t_dwd_without_loss_and_is_clamped() {
         let mut o = Overflow::new(OverflowParams::default());
-        let mut links = [view(0, 13, 0), view(1, 35, 0)];
+        let links = [view(0, 13, 0), view(1, 35, 0)];
         let t = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         overflow_split(&mut o, t(0), &links, 1);
-        links[0].peer_received = 100;
-        links[0].peer_lost = 400;
+        o.on_loss_report(LinkId(0), 100, 400);
         overflow_split(&mut o, t(50), &links, 1);
         assert_eq!(o.weight(LinkId(1)), 50.0, "clamped to w_max");
         // No loss for less than T_dwd (250 ms): unchanged.
