@@ -174,6 +174,9 @@ pub struct Driver {
     local_down: BTreeSet<u16>,
     /// Global sequence number the next DATA frame must carry.
     next_gseq: u64,
+    /// Inner packets bound so far, by global sequence: a reinjection or a redundant copy
+    /// carries one of them again, unchanged.
+    bound: HashMap<u32, Vec<u8>>,
     /// Inner packets accepted from the TUN side and not sent yet (multiset by content).
     queued_tun: HashMap<Vec<u8>, u64>,
     /// CE-marked form of an accepted packet -> the packet as accepted.
@@ -226,6 +229,7 @@ impl Driver {
             below: BTreeMap::new(),
             local_down: BTreeSet::new(),
             next_gseq: 0,
+            bound: HashMap::new(),
             queued_tun: HashMap::new(),
             ce_marked: HashMap::new(),
             tun_accepted: 0,
@@ -521,12 +525,22 @@ impl Driver {
             match frame {
                 Frame::Data(data) => {
                     data_frames += 1;
-                    assert_eq!(
-                        data.global_seq, self.next_gseq as u32,
-                        "global sequence numbers are not consecutive"
-                    );
-                    self.next_gseq += 1;
-                    self.take_tun(data.payload);
+                    if data.global_seq == self.next_gseq as u32 {
+                        self.next_gseq += 1;
+                        self.bound.insert(data.global_seq, data.payload.to_vec());
+                        self.take_tun(data.payload);
+                    } else {
+                        // Sent again (reinjection, redundant copy): a packet already bound,
+                        // with the same payload.
+                        assert_eq!(
+                            self.bound.get(&data.global_seq).map(Vec::as_slice),
+                            Some(data.payload),
+                            "global sequence {} is neither the next one ({}) nor a packet \
+                             sent before with this payload",
+                            data.global_seq,
+                            self.next_gseq
+                        );
+                    }
                 }
                 Frame::Ack(ack) => {
                     assert!(self.ep.link_stats(LinkId(ack.link)).is_some());

@@ -1,34 +1,12 @@
 //! The late-binding paper's two experiments, in the simulator, against the targets.
 
+mod common;
+
 use std::path::PathBuf;
 
-use latebind_sim::{Mode, Report, Scenario, run};
+use common::{flow, link, scenario, with};
 
-fn scenario(name: &str) -> Scenario {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name);
-    Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn with(s: &Scenario, sets: &[&str]) -> Scenario {
-    s.with_overrides(sets.iter().copied())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn link<'a>(r: &'a Report, name: &str) -> &'a latebind_sim::report::LinkReport {
-    r.links
-        .iter()
-        .find(|l| l.name == name)
-        .expect("link in report")
-}
-
-fn flow<'a>(r: &'a Report, name: &str) -> &'a latebind_sim::report::FlowReport {
-    r.flows
-        .iter()
-        .find(|f| f.name == name)
-        .expect("flow in report")
-}
+use latebind_sim::{Mode, Scenario, run};
 
 #[test]
 fn same_scenario_and_seed_give_identical_json() {

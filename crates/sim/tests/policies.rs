@@ -1,28 +1,10 @@
 //! Binding policies in the simulator against issue 5's targets.
 
-use std::path::PathBuf;
+mod common;
 
-use latebind_sim::report::FlowReport;
-use latebind_sim::{Mode, Report, Scenario, run};
+use common::{flow, scenario, with};
 
-fn scenario(name: &str) -> Scenario {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name);
-    Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn with(s: &Scenario, sets: &[&str]) -> Scenario {
-    s.with_overrides(sets.iter().copied())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn flow<'a>(r: &'a Report, name: &str) -> &'a FlowReport {
-    r.flows
-        .iter()
-        .find(|f| f.name == name)
-        .expect("flow in report")
-}
+use latebind_sim::{Mode, run};
 
 /// One TCP flow over two links gets at least 90 % of their sum with the aggregate policy,
 /// on the scenario's links and on link mixes it was not written for; min-rtt keeps it on

@@ -2,29 +2,11 @@
 //! a path that dies in the network costs about one round trip, not an RTO; jitter and
 //! loss do not cause spurious reinjections; thin traffic is not reinjected without loss.
 
-use std::path::PathBuf;
+mod common;
 
-use latebind_sim::report::FlowReport;
-use latebind_sim::{Mode, Report, Scenario, run};
+use common::{flow, scenario, with};
 
-fn scenario(name: &str) -> Scenario {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name);
-    Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn with(s: &Scenario, sets: &[&str]) -> Scenario {
-    s.with_overrides(sets.iter().copied())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn flow<'a>(r: &'a Report, name: &str) -> &'a FlowReport {
-    r.flows
-        .iter()
-        .find(|f| f.name == name)
-        .expect("flow in report")
-}
+use latebind_sim::{Mode, Report, run};
 
 /// reinject.toml trimmed to two cuts (20 s), with the given overrides.
 fn on_off(sets: &[&str]) -> Report {
