@@ -981,16 +981,22 @@ impl Endpoint {
     /// Gives up reinjections that no link could take within `reinject_max_age`.
     fn expire_reinjections(&mut self, now: Instant) {
         let max_age = self.config.reinject_max_age;
-        while self
-            .reinject
-            .front()
-            .is_some_and(|p| p.since + max_age <= now)
-        {
-            let p = self.reinject.pop_front().expect("checked");
-            self.reinject_state.remove(&p.data.global_seq);
-            self.stats.reinjections_expired += 1;
-            self.recycle(p.data.payload);
+        // The queue is in global-sequence order, not in order of age (links fail at
+        // different times): look at every entry.
+        if !self.reinject.iter().any(|p| p.since + max_age <= now) {
+            return;
         }
+        let mut kept = VecDeque::with_capacity(self.reinject.len());
+        for p in std::mem::take(&mut self.reinject) {
+            if p.since + max_age <= now {
+                self.reinject_state.remove(&p.data.global_seq);
+                self.stats.reinjections_expired += 1;
+                self.recycle(p.data.payload);
+            } else {
+                kept.push_back(p);
+            }
+        }
+        self.reinject = kept;
     }
 
     fn copy_max_age(&self) -> Duration {
