@@ -421,24 +421,13 @@ impl V<'_> {
             Some(p) => kind(format!("{section}.policy"), p)?,
             None => PolicyKind::default(),
         };
+        // The engine's own checks, with the keys of this file.
+        let engine =
+            |key: String, e: latebind_proto::ConfigError| self.err(key, e.value, e.expected);
         let mut out = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             let k = |key: &str| format!("rules[{i}].{key}");
             let policy = kind(k("policy"), &r.policy)?;
-            if let Some(d) = r.dscp
-                && d > 63
-            {
-                return Err(self.err(k("dscp"), d, "a DSCP from 0 to 63"));
-            }
-            if let Some([lo, hi]) = r.ports
-                && lo > hi
-            {
-                return Err(self.err(
-                    k("ports"),
-                    format!("[{lo}, {hi}]"),
-                    "[lo, hi] with lo <= hi",
-                ));
-            }
             let prefix = match &r.prefix {
                 Some(p) => Some(parse_prefix(p).ok_or_else(|| {
                     self.err(
@@ -449,52 +438,39 @@ impl V<'_> {
                 })?),
                 None => None,
             };
-            out.push(PolicyRule {
+            let rule = PolicyRule {
                 dscp: r.dscp,
                 protocol: r.protocol,
                 ports: r.ports.map(|[lo, hi]| (lo, hi)),
                 prefix,
                 policy,
-            });
+            };
+            rule.validate().map_err(|e| engine(k(e.key), e))?;
+            out.push(rule);
         }
         let d = OverflowParams::default();
-        let k = o.k.unwrap_or(d.k);
-        if !(k.is_finite() && (0.0..=100.0).contains(&k)) {
-            return Err(self.err("overflow.k", k, "a gain from 0 to 100"));
-        }
         let t_dwd = match o.t_dwd_ms {
-            Some(ms) if ms.is_finite() && (0.0..=60_000.0).contains(&ms) => {
-                Duration::from_secs_f64(ms / 1e3)
-            }
-            Some(ms) => return Err(self.err("overflow.t_dwd_ms", ms, "a time from 0 to 60000 ms")),
+            Some(ms) => Duration::try_from_secs_f64(ms / 1e3)
+                .map_err(|_| self.err("overflow.t_dwd_ms", ms, "a time from 0 to 60000 ms"))?,
             None => d.t_dwd,
         };
-        let w_fixed = o.w_fixed.unwrap_or(d.w_fixed);
-        if !(1..=1000).contains(&w_fixed) {
-            return Err(self.err("overflow.w_fixed", w_fixed, "a weight from 1 to 1000"));
-        }
-        let w_max = o.w_max.unwrap_or(d.w_max);
-        if w_max > 1000 {
-            return Err(self.err("overflow.w_max", w_max, "a weight from 0 to 1000"));
-        }
+        let overflow = OverflowParams {
+            k: o.k.unwrap_or(d.k),
+            t_dwd,
+            w_fixed: o.w_fixed.unwrap_or(d.w_fixed),
+            w_max: o.w_max.unwrap_or(d.w_max),
+            ..d
+        };
+        overflow
+            .validate()
+            .map_err(|e| engine(e.key.to_owned(), e))?;
         let redundant_links = redundant_links.unwrap_or(2);
-        if redundant_links == 1 || redundant_links > 64 {
-            return Err(self.err(
-                format!("{section}.redundant_links"),
-                redundant_links,
-                "2 to 64 links, or 0 for every link",
-            ));
-        }
+        latebind_proto::config::validate_redundant_links(redundant_links)
+            .map_err(|e| engine(format!("{section}.{}", e.key), e))?;
         Ok(Policies {
             default,
             rules: out,
-            overflow: OverflowParams {
-                k,
-                t_dwd,
-                w_fixed,
-                w_max,
-                ..d
-            },
+            overflow,
             redundant_links,
         })
     }

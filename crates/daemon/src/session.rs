@@ -55,6 +55,17 @@ pub enum Sent {
     Failed,
 }
 
+/// What the daemon keeps per link of a session.
+#[derive(Debug, Default)]
+struct LinkQueues {
+    /// Sealed datagrams the socket pushed back, in order.
+    held: VecDeque<Vec<u8>>,
+    /// Datagrams in the kernel's queue, not yet seen leaving.
+    departures: Departures,
+    /// Held datagrams dropped because the interface went down.
+    held_dropped: u64,
+}
+
 /// Engine + keys + held datagrams.
 pub struct Session {
     /// The engine.
@@ -65,9 +76,8 @@ pub struct Session {
     pub retire_at: Option<Instant>,
     /// Counters.
     pub counters: SessionCounters,
-    held: Vec<VecDeque<Vec<u8>>>,
-    departures: Vec<Departures>,
-    held_dropped: Vec<u64>,
+    /// Per link, indexed by link id.
+    links: Vec<LinkQueues>,
     buf: Vec<u8>,
     open_buf: Vec<u8>,
 }
@@ -80,64 +90,43 @@ impl Session {
             keys: KeyRing::new(),
             retire_at: None,
             counters: SessionCounters::default(),
-            held: Vec::new(),
-            departures: Vec::new(),
-            held_dropped: Vec::new(),
+            links: Vec::new(),
             buf: Vec::with_capacity(2048),
             open_buf: Vec::with_capacity(2048),
         }
     }
 
-    fn held_mut(&mut self, link: LinkId) -> &mut VecDeque<Vec<u8>> {
+    fn link_mut(&mut self, link: LinkId) -> &mut LinkQueues {
         let i = usize::from(link.0);
-        if self.held.len() <= i {
-            self.held.resize_with(i + 1, VecDeque::new);
+        if self.links.len() <= i {
+            self.links.resize_with(i + 1, LinkQueues::default);
         }
-        &mut self.held[i]
+        &mut self.links[i]
     }
 
-    fn departures_mut(&mut self, link: LinkId) -> &mut Departures {
-        let i = usize::from(link.0);
-        if self.departures.len() <= i {
-            self.departures.resize_with(i + 1, Departures::default);
-        }
-        &mut self.departures[i]
-    }
-
-    /// Datagrams of `link` in the kernel, not yet seen leaving.
-    pub fn in_kernel(&self, link: LinkId) -> usize {
-        self.departures
-            .get(usize::from(link.0))
-            .map_or(0, Departures::len)
+    fn link(&self, link: LinkId) -> Option<&LinkQueues> {
+        self.links.get(usize::from(link.0))
     }
 
     /// `link`'s interface went down: the datagrams held for it are dropped, and those in
     /// the kernel's queue are gone with the interface.
     pub fn drop_held(&mut self, link: LinkId) {
-        let dropped = std::mem::take(self.held_mut(link)).len() as u64;
+        let l = self.link_mut(link);
+        let dropped = std::mem::take(&mut l.held).len() as u64;
+        l.held_dropped += dropped;
+        l.departures.clear();
         self.counters.send_errors += dropped;
-        let i = usize::from(link.0);
-        if self.held_dropped.len() <= i {
-            self.held_dropped.resize(i + 1, 0);
-        }
-        self.held_dropped[i] += dropped;
-        self.departures_mut(link).clear();
     }
 
     /// Sealed datagrams the daemon held for `link` (never given to the kernel) and
     /// dropped when its interface went down.
     pub fn held_dropped(&self, link: LinkId) -> u64 {
-        self.held_dropped
-            .get(usize::from(link.0))
-            .copied()
-            .unwrap_or(0)
+        self.link(link).map_or(0, |l| l.held_dropped)
     }
 
     /// Whether `link` has datagrams waiting for its socket.
     pub fn has_held(&self, link: LinkId) -> bool {
-        self.held
-            .get(usize::from(link.0))
-            .is_some_and(|h| !h.is_empty())
+        self.link(link).is_some_and(|l| !l.held.is_empty())
     }
 
     /// Whether a key is installed.
@@ -197,8 +186,12 @@ impl Session {
     /// The kernel now holds `queued` bytes of `link`'s datagrams: reports to the engine
     /// those that left since the last reading.
     pub fn on_queued(&mut self, now: Instant, link: LinkId, queued: usize) {
-        let left = self.departures_mut(link).on_queued(queued);
-        for _ in 0..left {
+        let left = self.link_mut(link).departures.on_queued(queued);
+        self.departed(now, link, left);
+    }
+
+    fn departed(&mut self, now: Instant, link: LinkId, n: usize) {
+        for _ in 0..n {
             self.engine.handle_tx_done(now, link);
         }
     }
@@ -214,7 +207,7 @@ impl Session {
     ) -> Result<(), ()> {
         let before = match io.queued(link) {
             // Nothing of ours waits in the kernel: no need to ask.
-            Some(_) if self.departures_mut(link).is_empty() => Some(0),
+            Some(_) if self.link_mut(link).departures.is_empty() => Some(0),
             Some(q) => {
                 self.on_queued(now, link, q);
                 Some(q)
@@ -224,24 +217,22 @@ impl Session {
         match io.send(link, datagram) {
             Sent::Ok => {
                 self.counters.sent += 1;
-                match (before, io.queued(link)) {
+                let left = match (before, io.queued(link)) {
                     (Some(before), Some(after)) => {
-                        let left = self
-                            .departures_mut(link)
-                            .on_sent(datagram.len(), before, after);
-                        for _ in 0..left {
-                            self.engine.handle_tx_done(now, link);
-                        }
+                        self.link_mut(link)
+                            .departures
+                            .on_sent(datagram.len(), before, after)
                     }
                     // No reading: the kernel's acceptance is the departure.
-                    _ => self.engine.handle_tx_done(now, link),
-                }
+                    _ => 1,
+                };
+                self.departed(now, link, left);
                 Ok(())
             }
             Sent::WouldBlock => Err(()),
             Sent::Failed => {
                 self.counters.send_errors += 1;
-                self.engine.handle_tx_done(now, link);
+                self.departed(now, link, 1);
                 Ok(())
             }
         }
@@ -249,9 +240,9 @@ impl Session {
 
     /// Retries the datagrams held for `link`, in order.
     pub fn flush_held<L: LinkIo>(&mut self, now: Instant, io: &mut L, link: LinkId) {
-        while let Some(d) = self.held_mut(link).pop_front() {
+        while let Some(d) = self.link_mut(link).held.pop_front() {
             if self.send_one(now, io, link, &d).is_err() {
-                self.held_mut(link).push_front(d);
+                self.link_mut(link).held.push_front(d);
                 return;
             }
         }
@@ -265,8 +256,8 @@ impl Session {
         mut deliver: impl FnMut(&mut [u8]) -> bool,
     ) {
         // What a full send buffer pushed back goes first, in order.
-        for i in 0..self.held.len() {
-            if !self.held[i].is_empty() {
+        for i in 0..self.links.len() {
+            if !self.links[i].held.is_empty() {
                 self.flush_held(now, io, LinkId(i as u16));
             }
         }
@@ -280,11 +271,16 @@ impl Session {
                     continue;
                 }
                 // Keep the link's order: behind what is already waiting.
-                if self.has_held(t.link) || self.send_one(now, io, t.link, &buf).is_err() {
-                    if !self.has_held(t.link) {
-                        self.counters.held_send_buffer_full += 1;
-                    }
-                    self.held_mut(t.link).push_back(buf.clone());
+                let hold = if self.has_held(t.link) {
+                    true
+                } else if self.send_one(now, io, t.link, &buf).is_err() {
+                    self.counters.held_send_buffer_full += 1;
+                    true
+                } else {
+                    false
+                };
+                if hold {
+                    self.link_mut(t.link).held.push_back(buf.clone());
                 }
             }
             self.buf = buf;

@@ -180,13 +180,6 @@ impl Config {
 
     /// Checks every field; the error names the key, the value and what is expected.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        fn err(key: &'static str, value: impl ToString, expected: &'static str) -> ConfigError {
-            ConfigError {
-                key,
-                value: value.to_string(),
-                expected,
-            }
-        }
         let nonzero_ms = |key: &'static str, d: Duration| {
             if d.is_zero() {
                 Err(err(key, "0 ms", "a duration above zero"))
@@ -243,26 +236,10 @@ impl Config {
             return Err(err("reorder_limit_packets", 0, "at least 1 packet"));
         }
         nonzero_ms("reinject_max_age", self.reinject_max_age)?;
-        let o = &self.overflow;
-        if o.w_fixed == 0 || o.w_fixed > 1000 {
-            return Err(err(
-                "overflow.w_fixed",
-                o.w_fixed,
-                "a weight from 1 to 1000",
-            ));
-        }
-        if o.w_max > 1000 {
-            return Err(err("overflow.w_max", o.w_max, "a weight from 0 to 1000"));
-        }
-        if !(o.k.is_finite() && (0.0..=100.0).contains(&o.k)) {
-            return Err(err("overflow.k", o.k, "a gain from 0 to 100"));
-        }
-        if self.redundant_links == 1 || self.redundant_links > 64 {
-            return Err(err(
-                "redundant_links",
-                self.redundant_links,
-                "2 to 64 links, or 0 for every link",
-            ));
+        self.overflow.validate()?;
+        validate_redundant_links(self.redundant_links)?;
+        for r in &self.rules {
+            r.validate()?;
         }
         Ok(())
     }
@@ -322,6 +299,74 @@ impl core::str::FromStr for ReinjectTimer {
                 ][i]
             })
             .ok_or_else(|| format!("one of {}", Self::NAMES.join(", ")))
+    }
+}
+
+fn err(key: &'static str, value: impl ToString, expected: &'static str) -> ConfigError {
+    ConfigError {
+        key,
+        value: value.to_string(),
+        expected,
+    }
+}
+
+impl OverflowParams {
+    /// Checks the ranges; keys are named as in the configuration files (`overflow.*`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=1000).contains(&self.w_fixed) {
+            return Err(err(
+                "overflow.w_fixed",
+                self.w_fixed,
+                "a weight from 1 to 1000",
+            ));
+        }
+        if self.w_max > 1000 {
+            return Err(err("overflow.w_max", self.w_max, "a weight from 0 to 1000"));
+        }
+        if !(self.k.is_finite() && (0.0..=100.0).contains(&self.k)) {
+            return Err(err("overflow.k", self.k, "a gain from 0 to 100"));
+        }
+        if self.t_dwd > Duration::from_secs(60) {
+            return Err(err(
+                "overflow.t_dwd_ms",
+                self.t_dwd.as_secs_f64() * 1e3,
+                "a time from 0 to 60000 ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks the number of links a redundant flow's packet goes on.
+pub fn validate_redundant_links(n: usize) -> Result<(), ConfigError> {
+    if n == 1 || n > 64 {
+        return Err(err(
+            "redundant_links",
+            n,
+            "2 to 64 links, or 0 for every link",
+        ));
+    }
+    Ok(())
+}
+
+impl PolicyRule {
+    /// Checks the DSCP and the port range; keys are the rule's (`dscp`, `ports`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(d) = self.dscp
+            && d > 63
+        {
+            return Err(err("dscp", d, "a DSCP from 0 to 63"));
+        }
+        if let Some((lo, hi)) = self.ports
+            && lo > hi
+        {
+            return Err(err(
+                "ports",
+                format!("[{lo}, {hi}]"),
+                "[lo, hi] with lo <= hi",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -376,7 +376,9 @@ impl Overflow {
     }
 
     /// Applies the loss reports received since the last update (AWI, IWI, DWD).
-    fn update(&mut self, now: Instant, primary: &LinkView, secondaries: &[LinkId]) {
+    /// `links` are the usable links, the primary first.
+    fn update(&mut self, now: Instant, primary: LinkId, links: &[LinkView]) {
+        let secondaries = || usable(links).skip(1).map(|l| l.id);
         if self.next_update.is_some_and(|t| now < t) {
             return;
         }
@@ -385,20 +387,20 @@ impl Overflow {
         let (received, lost) = self
             .reported
             .iter()
-            .find(|(l, _, _)| *l == primary.id)
+            .find(|(l, _, _)| *l == primary)
             .map_or((0, 0), |&(_, r, l)| (r, l));
         let (d_recv, d_lost) = match self.last_counts {
-            Some((id, r, l)) if id == primary.id => {
+            Some((id, r, l)) if id == primary => {
                 (received.saturating_sub(r), lost.saturating_sub(l))
             }
             _ => (0, 0),
         };
-        self.last_counts = Some((primary.id, received, lost));
+        self.last_counts = Some((primary, received, lost));
         let w_max = f64::from(p.w_max);
         if d_lost > 0 {
             self.last_loss = Some(now);
             let sent = (d_recv + d_lost) as f64;
-            for &id in secondaries {
+            for id in secondaries() {
                 let w = Self::entry(&mut self.weights, id);
                 *w = if *w == 0.0 {
                     d_lost as f64
@@ -408,7 +410,7 @@ impl Overflow {
                 .min(w_max);
             }
         } else if self.last_loss.is_none_or(|t| now - t >= p.t_dwd) {
-            for &id in secondaries {
+            for id in secondaries() {
                 let w = Self::entry(&mut self.weights, id);
                 *w = (*w - 1.0).max(0.0);
             }
@@ -429,43 +431,49 @@ impl BindPolicy for Overflow {
     }
 
     fn bind(&mut self, now: Instant, _packet: &PacketMeta, links: &[LinkView]) -> Binding {
-        let mut up = usable(links);
-        let Some(primary) = up.next() else {
+        let Some(primary) = usable(links).next() else {
             return Binding::Wait;
         };
-        let secondaries: Vec<LinkId> = up.map(|l| l.id).collect();
-        self.update(now, primary, &secondaries);
-        // Smooth weighted round robin (each turn: add the weights, pick the largest
-        // current value, subtract the total from it).
+        self.update(now, primary.id, links);
+        // Smooth weighted round robin: each turn adds every weight to its link's current
+        // value, picks the largest, and takes the total off it. The turn is taken only if
+        // the pick has room: otherwise the packet waits for its link.
         let w_fixed = f64::from(self.params.w_fixed);
-        let mut total = w_fixed;
-        *Self::entry(&mut self.current, primary.id) += w_fixed;
-        let mut pick = (primary.id, *Self::entry(&mut self.current, primary.id));
-        for &id in &secondaries {
-            let w = self.weight(id);
-            if w <= 0.0 {
-                continue;
-            }
+        let (weights, current) = (&self.weights, &mut self.current);
+        let weight = |id: LinkId| {
+            weights
+                .iter()
+                .find(|(l, _)| *l == id)
+                .map_or(0.0, |(_, w)| *w)
+        };
+        let turn = || {
+            core::iter::once((primary.id, w_fixed)).chain(
+                usable(links)
+                    .skip(1)
+                    .map(|l| (l.id, weight(l.id)))
+                    .filter(|&(_, w)| w > 0.0),
+            )
+        };
+        let mut pick = (primary.id, f64::NEG_INFINITY);
+        let mut total = 0.0;
+        for (id, w) in turn() {
             total += w;
-            let c = Self::entry(&mut self.current, id);
-            *c += w;
-            if *c > pick.1 {
-                pick = (id, *c);
+            let c = current
+                .iter()
+                .find(|(l, _)| *l == id)
+                .map_or(0.0, |(_, c)| *c)
+                + w;
+            if c > pick.1 {
+                pick = (id, c);
             }
         }
-        let chosen = links.iter().find(|l| l.id == pick.0).expect("usable");
-        if !chosen.has_room(now) {
-            // Undo this turn: the packet waits for its link.
-            *Self::entry(&mut self.current, primary.id) -= w_fixed;
-            for &id in &secondaries {
-                let w = self.weight(id);
-                if w > 0.0 {
-                    *Self::entry(&mut self.current, id) -= w;
-                }
-            }
+        if !links.iter().any(|l| l.id == pick.0 && l.has_room(now)) {
             return Binding::Wait;
         }
-        *Self::entry(&mut self.current, pick.0) -= total;
+        for (id, w) in turn() {
+            *Self::entry(current, id) += w;
+        }
+        *Self::entry(current, pick.0) -= total;
         Binding::Link(pick.0)
     }
 }

@@ -631,20 +631,6 @@ impl Scenario {
             if r.flow.is_some() && r.ports.is_some() {
                 return Err(self.invalid(k("ports"), "(set with flow)", "either flow or ports"));
             }
-            if let Some(d) = r.dscp
-                && d > 63
-            {
-                return Err(self.invalid(k("dscp"), d, "a DSCP from 0 to 63"));
-            }
-            if let Some([lo, hi]) = r.ports
-                && lo > hi
-            {
-                return Err(self.invalid(
-                    k("ports"),
-                    format!("[{lo}, {hi}]"),
-                    "[lo, hi] with lo <= hi",
-                ));
-            }
             if let Some(p) = &r.prefix
                 && parse_prefix(p).is_none()
             {
@@ -655,30 +641,27 @@ impl Scenario {
                 ));
             }
         }
-        let o = &s.late.overflow;
-        if !(o.k.is_finite() && (0.0..=100.0).contains(&o.k)) {
-            return Err(self.invalid("late.overflow.k".into(), o.k, "a gain from 0 to 100"));
+        // The engine's own checks, with this file's keys.
+        let engine =
+            |key: String, e: latebind_proto::ConfigError| self.invalid(key, e.value, e.expected);
+        for (i, r) in s.late.engine_rules(&s.flows).iter().enumerate() {
+            r.validate()
+                .map_err(|e| engine(format!("late.rules[{i}].{}", e.key), e))?;
         }
-        if !(o.t_dwd_ms.is_finite() && (0.0..=60_000.0).contains(&o.t_dwd_ms)) {
+        let o = &s.late.overflow;
+        if !(o.t_dwd_ms.is_finite() && o.t_dwd_ms >= 0.0) {
             return Err(self.invalid(
                 "late.overflow.t_dwd_ms".into(),
                 o.t_dwd_ms,
                 "a time from 0 to 60000 ms",
             ));
         }
-        if !(1..=1000).contains(&o.w_fixed) {
-            return Err(self.invalid("late.overflow.w_fixed".into(), o.w_fixed, "1 to 1000"));
-        }
-        if o.w_max > 1000 {
-            return Err(self.invalid("late.overflow.w_max".into(), o.w_max, "0 to 1000"));
-        }
-        if s.late.redundant_links == 1 || s.late.redundant_links > 64 {
-            return Err(self.invalid(
-                "late.redundant_links".into(),
-                s.late.redundant_links,
-                "2 to 64 links, or 0 for every link",
-            ));
-        }
+        s.late
+            .overflow_params()
+            .validate()
+            .map_err(|e| engine(format!("late.{}", e.key), e))?;
+        latebind_proto::config::validate_redundant_links(s.late.redundant_links)
+            .map_err(|e| engine(format!("late.{}", e.key), e))?;
         if let Err(e) = s.late.reinjection.parse::<latebind_proto::ReinjectTimer>() {
             return Err(self.invalid(
                 "late.reinjection".into(),
