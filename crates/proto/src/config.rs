@@ -108,6 +108,11 @@ pub struct Config {
     /// Links a packet of a redundant flow goes on, the original included: 2 (the two best
     /// links, the default) or more; 0 means every usable link.
     pub redundant_links: usize,
+    /// Per-link rate and delay control ([`crate::cc`]): each link's sending is paced and
+    /// windowed so that the queue at its bottleneck, wherever it is, stays at a couple of
+    /// packets and the backlog waits in the per-flow queues above the binding point.
+    /// Default on.
+    pub rate_control: bool,
     /// Seed of the flow table's hash. Drivers should pass a secret random value so that
     /// remote senders cannot aim at hash collisions; tests and the simulator pass a
     /// fixed one. Default 0.
@@ -138,6 +143,7 @@ impl Default for Config {
             reorder_hold_max: Duration::from_millis(500),
             reorder_hold_min: Duration::from_millis(1),
             reorder_limit_packets: 4096,
+            rate_control: true,
             suspect_min: Duration::from_millis(50),
             reinjection: ReinjectTimer::SrttRttvarDelta,
             rej_min: Duration::from_millis(10),

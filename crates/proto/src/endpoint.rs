@@ -226,6 +226,10 @@ pub struct Endpoint {
     /// No control datagram is due before this instant unless an input changes a link
     /// (cleared to `Instant::ZERO`, "scan the links", by every such input).
     control_idle_until: Instant,
+    /// Time of the latest `poll_transmit`: a pacer deadline at or before it has passed
+    /// and no longer holds anything back (what holds a packet then is something else,
+    /// which an input will change), so it is no timer.
+    last_poll: Instant,
     lost_scratch: Vec<SentPacket>,
     /// CoDel interval in force, refreshed when RTTs or link states change.
     codel_interval: Duration,
@@ -280,6 +284,7 @@ impl Endpoint {
             views_stale: true,
             any_paced: false,
             control_idle_until: Instant::ZERO,
+            last_poll: Instant::ZERO,
             lost_scratch: Vec::new(),
             reinject: VecDeque::new(),
             reinject_state: BTreeMap::new(),
@@ -451,8 +456,14 @@ impl Endpoint {
             return false;
         }
         self.links_changed();
-        self.any_paced |= config.pacing_rate.is_some();
-        let link = Link::new(id, config, self.config.initial_rtt, now);
+        self.any_paced |= config.pacing_rate.is_some() || self.config.rate_control;
+        let link = Link::new(
+            id,
+            config,
+            self.config.initial_rtt,
+            self.config.rate_control,
+            now,
+        );
         let pos = self.links.partition_point(|l| l.id < id);
         self.links.insert(pos, link);
         true
@@ -594,8 +605,15 @@ impl Endpoint {
                     return;
                 };
                 let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
-                let out =
-                    self.links[i].on_ack(now, ack.largest, delay, ack.ranges(), &mut self.pool);
+                let same_path = i == arrived_on;
+                let out = self.links[i].on_ack(
+                    now,
+                    ack.largest,
+                    delay,
+                    ack.ranges(),
+                    same_path,
+                    &mut self.pool,
+                );
                 if i == arrived_on && self.links[i].state == LinkState::Up {
                     // Any acknowledgement that came back over the link itself, duplicate
                     // ones included, shows the link is alive: it re-arms the timer.
@@ -718,6 +736,15 @@ impl Endpoint {
         let n = self.links[i].take_unacked_data(&mut taken);
         let after_ack = now - self.links[i].last_ack_time;
         if n > 0 {
+            // Its load moves to the other links: their windows must not hold it back.
+            if let Some(rate) = self.links[i].cc.as_ref().map(|c| c.carried_rate()) {
+                let backlog = taken.iter().map(|d| d.payload.len()).sum();
+                for (j, l) in self.links.iter_mut().enumerate() {
+                    if j != i && l.state == LinkState::Up {
+                        l.take_over(now, rate, backlog);
+                    }
+                }
+            }
             self.links[i].stats.last_reinject_after = after_ack;
             self.stats.reinject_after_max = self.stats.reinject_after_max.max(after_ack);
             match cause {
@@ -763,6 +790,10 @@ impl Endpoint {
                 if from == LinkState::Suspect {
                     let d = now - l.suspect_since;
                     l.stats.longest_suspect = l.stats.longest_suspect.max(d);
+                }
+                if from == LinkState::Down {
+                    // It may be another path now (another cell, another access point).
+                    l.reset_rate_control(now, self.config.initial_rtt);
                 }
                 // Measure it again at once.
                 l.ping_due = Some(now);
@@ -847,6 +878,7 @@ impl Endpoint {
     /// The next datagram to send, written into `buf` (cleared first). Call until `None`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
+        self.last_poll = now;
         if let Some(t) = self.poll_control(now, buf) {
             return Some(t);
         }
@@ -1339,9 +1371,8 @@ impl Endpoint {
             if l.state != LinkState::Up && l.in_flight > 0 {
                 consider(l.oldest_unacked().map(|t| t + timeout * 3));
             }
-            if !self.queues.is_empty() && l.state == LinkState::Up && l.config.pacing_rate.is_some()
-            {
-                consider(l.pacer.blocked_until(1500));
+            if !self.queues.is_empty() && l.state == LinkState::Up && l.paced() {
+                consider(l.pacer.blocked_until(1500).filter(|&t| t > self.last_poll));
             }
         }
         next

@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+mod cc;
 pub mod classify;
 pub mod config;
 pub mod endpoint;

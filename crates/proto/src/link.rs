@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use core::ops::RangeInclusive;
 use core::time::Duration;
 
+use crate::cc::Controller;
 use crate::config::LinkConfig;
 use crate::config::ReinjectTimer;
 use crate::ids::{FlowId, LinkId};
@@ -257,6 +258,12 @@ impl Pacer {
         }
     }
 
+    /// Changes the rate (bytes per second) from `now` on.
+    fn set_rate(&mut self, now: Instant, rate: f64) {
+        self.refill(now);
+        self.rate = Some(rate.max(1.0));
+    }
+
     fn refill(&mut self, now: Instant) {
         if let Some(rate) = self.rate {
             let dt = (now - self.last).as_secs_f64();
@@ -370,6 +377,17 @@ pub struct LinkView {
     pub pacer_next: Instant,
     /// Backup link: used only when no other link is up.
     pub backup: bool,
+    /// Rate control: the window (bytes; 0 when rate control is off).
+    pub cwnd: usize,
+    /// Rate control: the rate the window allows, bytes per second (0: off).
+    pub cc_rate: f64,
+    /// Rate control: queueing delay at the link's bottleneck (RTTstanding - RTTmin).
+    pub queue_delay: Duration,
+    /// Rate control: competing traffic keeps the bottleneck's queue full, and the
+    /// controller competes for its share instead of keeping the queue short.
+    pub competitive: bool,
+    /// Bytes of ack-eliciting packets in flight.
+    pub bytes_in_flight: usize,
 }
 
 impl LinkView {
@@ -395,6 +413,10 @@ pub(crate) struct Link {
     sent: VecDeque<Option<SentPacket>>,
     sent_base: u64,
     pub(crate) in_flight: usize,
+    /// Bytes of the ack-eliciting packets in flight.
+    pub(crate) bytes_in_flight: usize,
+    /// Rate and delay control (`None`: off, the link sends as fast as its budget allows).
+    pub(crate) cc: Option<Controller>,
     pub(crate) largest_acked: Option<u64>,
     /// Last acknowledgement of this link, duplicate ones included (re-arms the
     /// reinjection timer), or the send on an idle link that armed it.
@@ -434,8 +456,18 @@ pub(crate) struct AckOutcome {
 }
 
 impl Link {
-    pub(crate) fn new(id: LinkId, config: LinkConfig, initial_rtt: Duration, now: Instant) -> Self {
-        let pacer = Pacer::new(config.pacing_rate);
+    pub(crate) fn new(
+        id: LinkId,
+        config: LinkConfig,
+        initial_rtt: Duration,
+        rate_control: bool,
+        now: Instant,
+    ) -> Self {
+        let cc = rate_control.then(|| Controller::new(now, initial_rtt));
+        let mut pacer = Pacer::new(config.pacing_rate);
+        if let Some(c) = &cc {
+            pacer.set_rate(now, Self::paced_rate(config.pacing_rate, c));
+        }
         Self {
             id,
             config,
@@ -447,6 +479,8 @@ impl Link {
             sent: VecDeque::new(),
             sent_base: 0,
             in_flight: 0,
+            bytes_in_flight: 0,
+            cc,
             largest_acked: None,
             last_ack_time: now,
             below: VecDeque::new(),
@@ -484,6 +518,14 @@ impl Link {
             in_flight: self.in_flight,
             pacer_next: self.pacer_next(now),
             backup: self.config.backup,
+            cwnd: self.cc.as_ref().map_or(0, Controller::cwnd),
+            cc_rate: self.cc.as_ref().map_or(0.0, Controller::rate),
+            queue_delay: self
+                .cc
+                .as_ref()
+                .map_or(Duration::ZERO, Controller::queue_delay),
+            competitive: self.cc.as_ref().is_some_and(Controller::competitive),
+            bytes_in_flight: self.bytes_in_flight,
         }
     }
 
@@ -495,13 +537,56 @@ impl Link {
     pub(crate) fn update_view(&self, view: &mut LinkView) {
         view.below_binding = self.below.len();
         view.in_flight = self.in_flight;
+        view.bytes_in_flight = self.bytes_in_flight;
         view.tx_rate = self.tx_rate;
     }
 
-    /// Earliest time the pacer allows a full-size packet ([`LinkView::pacer_next`]).
+    /// Earliest time the link may take a full-size packet ([`LinkView::pacer_next`]): when
+    /// the pacer allows it and, under rate control, when the window is expected to have
+    /// room (the bytes over the window drained at the window's rate; the room itself
+    /// comes with an acknowledgement, which brings the views up to date).
     #[inline]
     pub(crate) fn pacer_next(&self, now: Instant) -> Instant {
-        self.pacer.next_send(now, 1500)
+        let paced = self.pacer.next_send(now, 1500);
+        match &self.cc {
+            Some(c) if self.bytes_in_flight + 1500 > c.cwnd() => {
+                let over = (self.bytes_in_flight + 1500 - c.cwnd()) as f64;
+                let wait =
+                    Duration::from_secs_f64(over / c.rate().max(1.0)).max(Duration::from_micros(1));
+                paced.max(now + wait)
+            }
+            _ => paced,
+        }
+    }
+
+    /// Whether a pacer or a window may hold this link's packets back.
+    #[inline]
+    pub(crate) fn paced(&self) -> bool {
+        self.config.pacing_rate.is_some() || self.cc.is_some()
+    }
+
+    /// The pacing rate under rate control: the controller's, capped by a configured one.
+    fn paced_rate(configured: Option<f64>, c: &Controller) -> f64 {
+        let r = c.pacing_rate();
+        configured.map_or(r, |f| f.min(r))
+    }
+
+    /// Another link failed: see [`Controller::take_over`]. The pacer follows at once.
+    pub(crate) fn take_over(&mut self, now: Instant, rate: f64, backlog: usize) {
+        if let Some(c) = &mut self.cc {
+            c.take_over(now, rate, backlog);
+            let r = Self::paced_rate(self.config.pacing_rate, c);
+            self.pacer.set_rate(now, r);
+        }
+    }
+
+    /// Rate control starts over (the link came back from down: it may be another path).
+    pub(crate) fn reset_rate_control(&mut self, now: Instant, initial_rtt: Duration) {
+        if let Some(c) = &mut self.cc {
+            c.reset(now, initial_rtt);
+            let r = Self::paced_rate(self.config.pacing_rate, c);
+            self.pacer.set_rate(now, r);
+        }
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.
@@ -528,6 +613,7 @@ impl Link {
                 self.last_ack_time = now;
             }
             self.in_flight += 1;
+            self.bytes_in_flight += size;
             self.last_eliciting_sent = now;
         }
         let packet = Some(SentPacket {
@@ -602,12 +688,15 @@ impl Link {
     /// and what loss detection declared lost (RFC 9002 6.1: packet threshold 3, time
     /// threshold 9/8 RTT).
     /// Payloads of acknowledged packets go to `recycle` for reuse.
+    /// `same_path`: the acknowledgement came back over this link, so its RTT sample
+    /// measures this link's path (rate control uses only those).
     pub(crate) fn on_ack(
         &mut self,
         now: Instant,
         largest: u64,
         ack_delay: Duration,
         ranges: impl Iterator<Item = RangeInclusive<u64>>,
+        same_path: bool,
         recycle: &mut Vec<Vec<u8>>,
     ) -> AckOutcome {
         let mut out = AckOutcome::default();
@@ -617,6 +706,7 @@ impl Link {
         }
         let mut rtt_sample = None;
         let mut any_eliciting = false;
+        let mut acked_bytes = 0;
         for range in ranges {
             let lo = (*range.start()).max(self.sent_base);
             let hi = *range.end();
@@ -649,6 +739,8 @@ impl Link {
                 }
                 any_eliciting = true;
                 self.in_flight -= 1;
+                self.bytes_in_flight -= p.size;
+                acked_bytes += p.size;
                 out.newly_acked += 1;
                 self.delivered += p.size as u64;
                 self.delivered_time = now;
@@ -679,6 +771,27 @@ impl Link {
         {
             self.rtt.update(sample, ack_delay);
         }
+        if let Some(c) = &mut self.cc
+            && acked_bytes > 0
+        {
+            // The sample without the peer's ack delay, unless that goes below the minimum.
+            let sample = rtt_sample.filter(|_| any_eliciting && same_path).map(|s| {
+                if s >= self.rtt.min + ack_delay {
+                    s - ack_delay
+                } else {
+                    s
+                }
+            });
+            c.on_ack(
+                now,
+                acked_bytes,
+                sample,
+                self.rtt.srtt,
+                self.bytes_in_flight,
+            );
+            let r = Self::paced_rate(self.config.pacing_rate, c);
+            self.pacer.set_rate(now, r);
+        }
         // Forget the acknowledged prefix first so that loss detection does not walk it
         // (it trims what it declares lost itself).
         self.trim_sent();
@@ -707,7 +820,11 @@ impl Link {
                 let p = slot.take().expect("checked Some");
                 if p.eliciting {
                     self.in_flight -= 1;
+                    self.bytes_in_flight -= p.size;
                     self.stats.lost += 1;
+                    if let Some(c) = &mut self.cc {
+                        c.on_loss();
+                    }
                     lost.push(p);
                 }
             }
@@ -728,6 +845,7 @@ impl Link {
                 let p = slot.take().expect("checked Some");
                 if p.eliciting {
                     self.in_flight -= 1;
+                    self.bytes_in_flight -= p.size;
                     self.stats.lost += 1;
                     lost.push(p);
                 }
@@ -849,6 +967,7 @@ mod tests {
             LinkId(0),
             LinkConfig::default(),
             Duration::from_millis(100),
+            false,
             Instant::ZERO,
         )
     }
@@ -902,6 +1021,7 @@ mod tests {
             2,
             Duration::ZERO,
             [0..=2].into_iter(),
+            true,
             &mut Vec::new(),
         );
         assert_eq!(out.newly_acked, 3);
@@ -918,6 +1038,7 @@ mod tests {
             7,
             Duration::ZERO,
             [0..=7].into_iter(),
+            true,
             &mut Vec::new(),
         );
         assert_eq!(out.newly_acked, 0);
@@ -935,6 +1056,7 @@ mod tests {
             4,
             Duration::ZERO,
             [4..=4, 2..=2].into_iter(),
+            true,
             &mut Vec::new(),
         );
         // 0 and 1 are >= 3 below 4; 3 is not yet.
@@ -962,7 +1084,13 @@ mod tests {
             pacing_rate: Some(1_000_000.0),
             ..LinkConfig::default()
         };
-        let mut l = Link::new(LinkId(0), c, Duration::from_millis(100), Instant::ZERO);
+        let mut l = Link::new(
+            LinkId(0),
+            c,
+            Duration::from_millis(100),
+            false,
+            Instant::ZERO,
+        );
         assert_eq!(l.pacer.blocked_until(1500), None);
         l.on_sent(t(0), 1500, true, None);
         l.on_sent(t(0), 1500, true, None);
@@ -978,7 +1106,13 @@ mod tests {
             pacing_rate: Some(1_000_000.0),
             ..LinkConfig::default()
         };
-        let mut l = Link::new(LinkId(0), c, Duration::from_millis(100), Instant::ZERO);
+        let mut l = Link::new(
+            LinkId(0),
+            c,
+            Duration::from_millis(100),
+            false,
+            Instant::ZERO,
+        );
         // The bucket starts with two packets' worth.
         l.on_sent(t(0), 1500, true, None);
         l.on_sent(t(0), 1500, true, None);

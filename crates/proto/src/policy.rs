@@ -497,6 +497,11 @@ mod tests {
             in_flight: 0,
             pacer_next: Instant::ZERO,
             backup: false,
+            cwnd: 0,
+            cc_rate: 0.0,
+            queue_delay: Duration::ZERO,
+            competitive: false,
+            bytes_in_flight: 0,
         }
     }
 

@@ -180,6 +180,10 @@ pub struct LateKnobs {
     /// Links a redundant flow's packet goes on (0: all). Default 2.
     #[serde(default = "two")]
     pub redundant_links: usize,
+    /// Per-link rate and delay control (keeps each link's bottleneck queue short).
+    /// Default true.
+    #[serde(default = "yes")]
+    pub rate_control: bool,
 }
 
 /// `[[late.rules]]`: flows to a policy. Every key set must match.
@@ -325,6 +329,7 @@ impl Default for LateKnobs {
             rules: Vec::new(),
             overflow: OverflowToml::default(),
             redundant_links: 2,
+            rate_control: true,
         }
     }
 }

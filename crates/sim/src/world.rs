@@ -334,6 +334,7 @@ impl World {
                     c.rules = spec.late.engine_rules(&spec.flows);
                     c.overflow = spec.late.overflow_params();
                     c.redundant_links = spec.late.redundant_links;
+                    c.rate_control = spec.late.rate_control;
                 }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {

@@ -472,7 +472,7 @@ impl Pair {
         }
     }
 
-    fn endpoint_ref(&self, side: Side) -> &Endpoint {
+    pub(crate) fn endpoint_ref(&self, side: Side) -> &Endpoint {
         match side {
             Side::Client => &self.client,
             Side::Server => &self.server,
