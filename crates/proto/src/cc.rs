@@ -50,8 +50,10 @@ const INITIAL_CWND: f64 = 32.0 * MSS;
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// `1 / delta` in the default mode: packets the controller keeps at the bottleneck.
 const DEFAULT_INV_DELTA: f64 = 2.0;
-/// Largest `1 / delta` in competitive mode.
-const MAX_INV_DELTA: f64 = 256.0;
+/// Round trips without a nearly empty queue after which the controller competes.
+const COMPETITIVE_AFTER_RTTS: u32 = 10;
+/// Round trips between two drains in competitive mode.
+const DRAIN_EVERY_RTTS: u32 = 8;
 
 /// A windowed minimum or maximum over time (three-sample estimator).
 #[derive(Clone, Copy, Debug)]
@@ -138,17 +140,27 @@ pub(crate) struct Controller {
     inv_delta: f64,
     competitive: bool,
     loss_in_round: bool,
+    /// Competitive mode: the next drain, the end of the current one, and the window to
+    /// go back to after it.
+    next_drain: Instant,
+    drain_until: Option<Instant>,
+    saved_cwnd: f64,
     /// Latest RTTstanding (the initial RTT before a sample).
     standing_rtt: Duration,
+    /// Longest queueing delay the controller aims for at the bottleneck.
+    max_queue: Duration,
     /// Bytes acknowledged since the round trip began, and the rate of the last complete
     /// round trip (bytes per second; 0 before one).
     round_acked: f64,
     last_round_rate: f64,
+    /// Highest rate of a round trip outside competitive mode.
+    peak_rate: f64,
 }
 
 impl Controller {
-    pub(crate) fn new(now: Instant, initial_rtt: Duration) -> Self {
+    pub(crate) fn new(now: Instant, initial_rtt: Duration, max_queue: Duration) -> Self {
         Self {
+            max_queue,
             cwnd: INITIAL_CWND,
             velocity: 1.0,
             rising: true,
@@ -164,9 +176,13 @@ impl Controller {
             inv_delta: DEFAULT_INV_DELTA,
             competitive: false,
             loss_in_round: false,
+            next_drain: now,
+            drain_until: None,
+            saved_cwnd: INITIAL_CWND,
             standing_rtt: initial_rtt,
             round_acked: 0.0,
             last_round_rate: 0.0,
+            peak_rate: 0.0,
         }
     }
 
@@ -197,7 +213,7 @@ impl Controller {
 
     /// Starts over (a link back from down may be a different path).
     pub(crate) fn reset(&mut self, now: Instant, initial_rtt: Duration) {
-        *self = Self::new(now, initial_rtt);
+        *self = Self::new(now, initial_rtt, self.max_queue);
     }
 
     /// The window, bytes.
@@ -231,14 +247,15 @@ impl Controller {
 
     /// `acked` bytes were newly acknowledged; `rtt` is the sample the acknowledgement gave,
     /// if it gave one that measures this link's path (it came back over the link), with
-    /// the peer's ack delay taken out; `srtt` is the link's smoothed RTT; `in_flight` the
-    /// bytes still in flight.
+    /// the peer's ack delay taken out; `srtt` and `rttvar` are the link's smoothed RTT and
+    /// its variation; `in_flight` the bytes still in flight.
     pub(crate) fn on_ack(
         &mut self,
         now: Instant,
         acked: usize,
         rtt: Option<Duration>,
         srtt: Duration,
+        rttvar: Duration,
         in_flight: usize,
     ) {
         if let Some(rtt) = rtt {
@@ -254,18 +271,49 @@ impl Controller {
         let min = self.min_rtt.get();
         let dq = self.standing.get().saturating_sub(min);
         let spread = self.max_rtt.get().saturating_sub(min);
-        // Nearly empty: a tenth of the recent RTT spread, or the two packets the
+        // Nearly empty: a tenth of the recent RTT spread, or twice the packets the
         // controller itself keeps there (a spread of a few packets' serialization is the
         // controller's own queue, not competing traffic).
-        let own = MSS * DEFAULT_INV_DELTA / self.rate().max(1.0);
-        if dq.as_secs_f64() <= (0.1 * spread.as_secs_f64()).max(own) {
+        let own = 2.0 * MSS * DEFAULT_INV_DELTA / self.rate().max(1.0);
+        let spread_part = if self.competitive {
+            // Its own window filled the bottleneck: only an empty queue counts.
+            0.1 * min.as_secs_f64()
+        } else {
+            0.1 * spread.as_secs_f64()
+        };
+        if dq.as_secs_f64() <= spread_part.max(own) {
             self.last_nearly_empty = now;
+            if self.competitive {
+                // The queue emptied when this link held back: it was its own.
+                self.competitive = false;
+                self.drain_until = None;
+                self.velocity = 1.0;
+            }
         }
-        let competitive = !self.slow_start && now - self.last_nearly_empty > srtt * 5;
-        if competitive != self.competitive {
-            self.competitive = competitive;
-            self.inv_delta = DEFAULT_INV_DELTA;
+        // Counted in minimum RTTs: the standing RTT grows with the very queue that is
+        // in question, and a link starved by it would wait for it ever longer.
+        let persistent = min * COMPETITIVE_AFTER_RTTS;
+        if !self.competitive && !self.slow_start && now - self.last_nearly_empty > persistent {
+            // Something else keeps the bottleneck's queue from emptying: a delay target
+            // would leave the link to it. Start from half of what the link carried at
+            // its best before (an even share), not from the window the delay target
+            // shrank meanwhile.
+            self.competitive = true;
+            self.next_drain = now + srtt * DRAIN_EVERY_RTTS;
+            let share = 0.5 * self.peak_rate * self.standing.get().as_secs_f64();
+            self.cwnd = self.cwnd.max(share);
         }
+        if self.competitive {
+            self.competitive_ack(now, acked, in_flight, srtt);
+            return;
+        }
+        // The queue to keep: two packets, or as long as the path's RTT varies (up to
+        // `max_queue`). A link whose delivery comes in bursts and gaps (a cellular
+        // scheduler) needs that much waiting at its bottleneck to use the bursts; a
+        // steady one needs two packets.
+        let per_packet = MSS / self.rate().max(1.0);
+        let hold = rttvar.min(self.max_queue).as_secs_f64();
+        self.inv_delta = (hold / per_packet).max(DEFAULT_INV_DELTA);
         let delta = 1.0 / self.inv_delta;
         let dq_s = dq.as_secs_f64();
         let target = if dq_s > 0.0 {
@@ -275,8 +323,10 @@ impl Controller {
         };
         let current = self.rate();
         // A window that is not used cannot tell whether it is too small: it grows only
-        // while at least half of it is in flight.
-        let limited = in_flight as f64 + acked as f64 >= self.cwnd / 2.0;
+        // while it is full (but for two packets). Growing a half-used window let it
+        // run to twice what was in flight, and the swing back below the path's
+        // bandwidth-delay product made the per-flow queues drop.
+        let limited = in_flight as f64 + acked as f64 + 2.0 * MSS >= self.cwnd;
         self.round_acked += acked as f64;
         if self.slow_start {
             if current < target {
@@ -322,6 +372,39 @@ impl Controller {
         }
     }
 
+    /// Competitive mode: the window gets out of the way of the inner flows' own
+    /// congestion control (it doubles each round trip while it limits), so that they
+    /// compete for the bottleneck as the other traffic there does. Every few round trips
+    /// it drains for one round trip (plus the minimum RTT) to what the link carried per
+    /// minimum RTT: if the queue then empties, it was this link's own and the controller
+    /// returns to its delay target; if it does not, the competition is still there.
+    fn competitive_ack(&mut self, now: Instant, acked: usize, in_flight: usize, srtt: Duration) {
+        self.round_acked += acked as f64;
+        match self.drain_until {
+            Some(until) if now >= until => {
+                self.drain_until = None;
+                self.cwnd = self.cwnd.max(self.saved_cwnd);
+                self.next_drain = now + srtt * DRAIN_EVERY_RTTS;
+            }
+            Some(_) => {}
+            None if now >= self.next_drain => {
+                self.saved_cwnd = self.cwnd;
+                let rate = self.last_round_rate.max(self.rate() / 2.0);
+                let bdp = rate * self.min_rtt.get().as_secs_f64() + MSS * DEFAULT_INV_DELTA;
+                self.cwnd = bdp.max(MIN_CWND).min(self.cwnd);
+                self.drain_until = Some(now + srtt + self.min_rtt.get());
+            }
+            None => {
+                if in_flight as f64 + acked as f64 >= self.cwnd / 2.0 {
+                    self.cwnd += acked as f64;
+                }
+            }
+        }
+        if now - self.round_start >= self.standing_rtt {
+            self.end_round(now);
+        }
+    }
+
     /// Once per round trip: velocity and, in competitive mode, `1 / delta`.
     fn end_round(&mut self, now: Instant) {
         let rising = self.cwnd > self.cwnd_at_round_start;
@@ -340,23 +423,25 @@ impl Controller {
         self.velocity = self
             .velocity
             .min((self.cwnd * delta / (2.0 * MSS)).max(1.0));
-        if self.competitive && !self.loss_in_round {
-            self.inv_delta = (self.inv_delta + 1.0).min(MAX_INV_DELTA);
-        }
         self.loss_in_round = false;
         let elapsed = (now - self.round_start).as_secs_f64();
         if elapsed > 0.0 {
             self.last_round_rate = self.round_acked / elapsed;
+            if !self.competitive {
+                self.peak_rate = self.peak_rate.max(self.last_round_rate);
+            }
         }
         self.round_acked = 0.0;
         self.cwnd_at_round_start = self.cwnd;
         self.round_start = now;
     }
 
-    /// A packet of this link was declared lost.
+    /// A packet of this link was declared lost. In competitive mode the window backs
+    /// off as a TCP's would (once per round trip), so that a tail-dropping bottleneck
+    /// shared with other traffic is not overrun by a window that only grows.
     pub(crate) fn on_loss(&mut self) {
-        if self.competitive && !self.loss_in_round {
-            self.inv_delta = (self.inv_delta / 2.0).max(DEFAULT_INV_DELTA);
+        if self.competitive && !self.loss_in_round && self.drain_until.is_none() {
+            self.cwnd = (self.cwnd * 0.7).max(MIN_CWND);
         }
         self.loss_in_round = true;
     }
@@ -395,7 +480,7 @@ mod tests {
     /// the queueing delays seen in the last two seconds and the rate acknowledged then.
     fn run(rate: f64, base: Duration, secs: f64, change: Option<(f64, f64)>) -> (Vec<f64>, f64) {
         use std::collections::VecDeque;
-        let mut c = Controller::new(Instant::ZERO, ms(100));
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
         let step = Duration::from_micros(500);
         let dt = step.as_secs_f64();
         let mut now = Instant::ZERO;
@@ -446,7 +531,14 @@ mod tests {
                 acks.pop_front();
                 flight -= bytes;
                 srtt = (srtt * 7 + rtt) / 8;
-                c.on_ack(now, bytes as usize, Some(rtt), srtt, flight as usize);
+                c.on_ack(
+                    now,
+                    bytes as usize,
+                    Some(rtt),
+                    srtt,
+                    Duration::ZERO,
+                    flight as usize,
+                );
                 if t(now) > secs - 2.0 {
                     acked_late += bytes;
                 }
@@ -482,12 +574,12 @@ mod tests {
     }
 
     #[test]
-    fn loss_halves_the_competitive_target_once_per_round() {
-        let mut c = Controller::new(Instant::ZERO, ms(100));
+    fn loss_backs_a_competitive_window_off_once_per_round() {
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
         c.competitive = true;
-        c.inv_delta = 16.0;
+        c.cwnd = 100.0 * MSS;
         c.on_loss();
         c.on_loss();
-        assert_eq!(c.inv_delta, 8.0);
+        assert_eq!(c.cwnd, 70.0 * MSS);
     }
 }

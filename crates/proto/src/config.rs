@@ -113,6 +113,10 @@ pub struct Config {
     /// packets and the backlog waits in the per-flow queues above the binding point.
     /// Default on.
     pub rate_control: bool,
+    /// Longest queueing delay rate control keeps at a link's bottleneck. It keeps two
+    /// packets there on a steady link, and as much as the link's RTT varies (its
+    /// delivery comes in bursts) up to this. Default 20 ms.
+    pub rate_control_max_queue: Duration,
     /// Seed of the flow table's hash. Drivers should pass a secret random value so that
     /// remote senders cannot aim at hash collisions; tests and the simulator pass a
     /// fixed one. Default 0.
@@ -144,6 +148,7 @@ impl Default for Config {
             reorder_hold_min: Duration::from_millis(1),
             reorder_limit_packets: 4096,
             rate_control: true,
+            rate_control_max_queue: Duration::from_millis(20),
             suspect_min: Duration::from_millis(50),
             reinjection: ReinjectTimer::SrttRttvarDelta,
             rej_min: Duration::from_millis(10),

@@ -461,7 +461,9 @@ impl Endpoint {
             id,
             config,
             self.config.initial_rtt,
-            self.config.rate_control,
+            self.config
+                .rate_control
+                .then_some(self.config.rate_control_max_queue),
             now,
         );
         let pos = self.links.partition_point(|l| l.id < id);
@@ -778,6 +780,7 @@ impl Endpoint {
     }
 
     fn on_state_change(&mut self, now: Instant, i: usize, from: LinkState, to: LinkState) {
+        self.links_changed();
         let l = &mut self.links[i];
         match to {
             LinkState::Suspect => {
@@ -998,6 +1001,23 @@ impl Endpoint {
         if self.views_stale {
             views.clear();
             views.extend(self.links.iter().map(|l| l.view(now, budget)));
+            if !views.iter().any(|v| v.state == LinkState::Up) {
+                // No link is up: a suspect link may only be slow (a cellular link's
+                // scheduler can hold everything for a second), and there is nowhere
+                // better to send. The link suspected last (the others have been silent
+                // longer) is offered to the policies as usable; probing goes on, and
+                // reinjection still avoids the links a packet was sent on.
+                let freshest = self
+                    .links
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.state == LinkState::Suspect)
+                    .max_by_key(|(_, l)| l.suspect_since)
+                    .map(|(i, _)| i);
+                if let Some(i) = freshest {
+                    views[i].state = LinkState::Up;
+                }
+            }
             self.views_stale = false;
         } else if self.any_paced {
             for (v, l) in views.iter_mut().zip(&self.links) {

@@ -460,10 +460,10 @@ impl Link {
         id: LinkId,
         config: LinkConfig,
         initial_rtt: Duration,
-        rate_control: bool,
+        rate_control: Option<Duration>,
         now: Instant,
     ) -> Self {
-        let cc = rate_control.then(|| Controller::new(now, initial_rtt));
+        let cc = rate_control.map(|max_queue| Controller::new(now, initial_rtt, max_queue));
         let mut pacer = Pacer::new(config.pacing_rate);
         if let Some(c) = &cc {
             pacer.set_rate(now, Self::paced_rate(config.pacing_rate, c));
@@ -787,6 +787,7 @@ impl Link {
                 acked_bytes,
                 sample,
                 self.rtt.srtt,
+                self.rtt.rttvar,
                 self.bytes_in_flight,
             );
             let r = Self::paced_rate(self.config.pacing_rate, c);
@@ -967,7 +968,7 @@ mod tests {
             LinkId(0),
             LinkConfig::default(),
             Duration::from_millis(100),
-            false,
+            None,
             Instant::ZERO,
         )
     }
@@ -1088,7 +1089,7 @@ mod tests {
             LinkId(0),
             c,
             Duration::from_millis(100),
-            false,
+            None,
             Instant::ZERO,
         );
         assert_eq!(l.pacer.blocked_until(1500), None);
@@ -1110,7 +1111,7 @@ mod tests {
             LinkId(0),
             c,
             Duration::from_millis(100),
-            false,
+            None,
             Instant::ZERO,
         );
         // The bucket starts with two packets' worth.

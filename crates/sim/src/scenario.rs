@@ -113,6 +113,17 @@ pub struct LinkSpec {
     /// as Linux does with a dead next hop.
     #[serde(default = "yes")]
     pub outage_local: bool,
+    /// Where the uplink's bottleneck queue (`queue_packets`) is: `client` (the default):
+    /// at the client's interface, whose departures the client sees (the late-binding
+    /// paper's interface and driver buffer, shaped in the lab by `htb` on the client's
+    /// interface); `network`: in the network (a modem, a base station), which the client
+    /// cannot see: its datagrams leave its interface at once, as the server's always do.
+    #[serde(default = "client_side")]
+    pub uplink_bottleneck: String,
+}
+
+fn client_side() -> String {
+    "client".into()
 }
 
 fn default_queue() -> usize {
@@ -149,6 +160,10 @@ pub struct FlowToml {
     pub count: Option<u64>,
     /// DSCP (urgent flows default to EF, 46).
     pub dscp: Option<u8>,
+    /// Outside the tunnel: the flow goes straight over this link (its index), sharing
+    /// the link's bottleneck with the tunnel, as another host's traffic would. Default:
+    /// through the tunnel (mode late) or the route (mode early).
+    pub via_link: Option<usize>,
 }
 
 fn default_direction() -> String {
@@ -543,6 +558,13 @@ impl Scenario {
             if l.queue_packets == 0 {
                 return Err(self.invalid(k("queue_packets"), 0, "at least 1 packet"));
             }
+            if !["client", "network"].contains(&l.uplink_bottleneck.as_str()) {
+                return Err(self.invalid(
+                    k("uplink_bottleneck"),
+                    format!("{:?}", l.uplink_bottleneck),
+                    "client or network",
+                ));
+            }
             for (j, [a, b]) in l.outages.iter().enumerate() {
                 if !(a.is_finite() && *a >= 0.0 && b > a) {
                     return Err(self.invalid(
@@ -560,6 +582,15 @@ impl Scenario {
                     k("kind"),
                     format!("{:?}", f.kind),
                     "one of tcp-bulk, udp-cbr, udp-burst, urgent",
+                ));
+            }
+            if let Some(v) = f.via_link
+                && v >= s.links.len()
+            {
+                return Err(self.invalid(
+                    k("via_link"),
+                    v,
+                    "the index of one of the scenario's links",
                 ));
             }
             if !["up", "down"].contains(&f.direction.as_str()) {

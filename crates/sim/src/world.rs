@@ -35,7 +35,7 @@
 //!   the sender waits instead of losing data. The simulator models that by not taking
 //!   packets from a TCP sender while the route's FIFO is full.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use core::time::Duration;
@@ -133,6 +133,12 @@ struct SimLink {
     /// Remote outages: ids of uplink packets that left the client's side during one, in
     /// departure order (the link never reorders); lost when they would arrive.
     doomed: VecDeque<u64>,
+    /// The uplink's bottleneck is the client's interface, whose departures the client
+    /// sees (`uplink_bottleneck = "client"`); otherwise it is in the network.
+    up_visible: bool,
+    /// Ids of packets of flows outside the tunnel (`via_link`), per direction (uplink
+    /// first): delivered straight to the flow's other end.
+    outside: [HashSet<u64>; 2],
 }
 
 impl SimLink {
@@ -153,6 +159,8 @@ pub struct World {
     flows: Vec<Flow>,
     /// (protocol, destination port) -> flow index, for early mode's delivery.
     demux: HashMap<(u8, u16), usize>,
+    /// Per flow: the link it takes outside the tunnel (`via_link`), if any.
+    via: Vec<Option<usize>>,
     client: Option<Endpoint>,
     server: Option<Endpoint>,
     route: usize,
@@ -244,9 +252,10 @@ impl World {
             // In early mode the client's FIFO in front of its interface is Linux's
             // qdisc + driver buffer; in late mode it is the link's own queue, of which the
             // engine uses only its budget.
+            let up_visible = l.uplink_bottleneck == "client";
             let up_queue = match mode {
-                Mode::Early => early_capacity,
-                Mode::Late => l.queue_packets,
+                Mode::Early if up_visible => early_capacity,
+                _ => l.queue_packets,
             };
             // A remote outage is not the client's interface going down: its side of the
             // uplink keeps serializing, and the world drops what leaves it meanwhile.
@@ -269,12 +278,15 @@ impl World {
                 out: false,
                 remote_outages,
                 doomed: VecDeque::new(),
+                up_visible,
+                outside: [HashSet::new(), HashSet::new()],
             });
         }
         let cut_list = cuts::cuts(scenario);
         let cut_times = cuts::instants(&cut_list);
         let mut flows = Vec::new();
         let mut demux = HashMap::new();
+        let mut via = Vec::new();
         for (i, f) in spec.flows.iter().enumerate() {
             let kind: FlowKind =
                 f.kind
@@ -319,6 +331,7 @@ impl World {
             demux.insert((proto, 10_000 + index), i);
             demux.insert((proto, 20_000 + index), i);
             flows.push(Flow::new(spec));
+            via.push(f.via_link);
         }
         let (client, server) = match mode {
             Mode::Early => (None, None),
@@ -362,6 +375,7 @@ impl World {
             links,
             flows,
             demux,
+            via,
             client,
             server,
             route: 0,
@@ -449,7 +463,10 @@ impl World {
                         let Some(pkt) = self.flows[i].poll_transmit(now, side) else {
                             break;
                         };
-                        self.send_inner(side, pkt);
+                        match self.via[i] {
+                            Some(l) => self.send_outside(l, side, pkt),
+                            None => self.send_inner(side, pkt),
+                        }
                         progressed = true;
                     }
                 }
@@ -489,7 +506,11 @@ impl World {
                 if uplink && self.links[i].remote_out(now) {
                     self.links[i].doomed.push_back(packet);
                 }
-                if uplink && let Some(c) = self.client.as_mut() {
+                if uplink
+                    && self.links[i].up_visible
+                    && !self.links[i].outside[0].contains(&packet)
+                    && let Some(c) = self.client.as_mut()
+                {
                     c.handle_tx_done(now_i(now), id);
                 }
             }
@@ -506,7 +527,11 @@ impl World {
                     return;
                 }
                 let to = if uplink { Side::Server } else { Side::Client };
-                self.deliver(to, &payload);
+                if self.links[i].outside[usize::from(!uplink)].remove(&packet) {
+                    self.deliver_inner(to, &payload);
+                } else {
+                    self.deliver(to, &payload);
+                }
             }
             LinkEvent::Lost {
                 id: packet, reason, ..
@@ -515,6 +540,7 @@ impl World {
                 if uplink && self.links[i].doomed.front() == Some(&packet) {
                     self.links[i].doomed.pop_front();
                 }
+                self.links[i].outside[usize::from(!uplink)].remove(&packet);
                 let t = &mut self.links[i].tally;
                 t.lost_on_link += 1;
                 if reason == DropReason::Outage {
@@ -553,10 +579,15 @@ impl World {
     /// Whether flow `i`'s end at `side` must wait: early mode, a TCP sender at the client,
     /// and the route's FIFO full (see the module doc).
     fn blocked(&self, i: usize, side: Side) -> bool {
-        self.mode == Mode::Early
+        let (link, own_host) = match self.via[i] {
+            Some(l) => (l, true),
+            None => (self.route, self.mode == Mode::Early),
+        };
+        own_host
             && side == Side::Client
             && self.flows[i].spec().kind == FlowKind::TcpBulk
-            && self.links[self.route].up.queue_len() >= self.early_capacity
+            && self.links[link].up_visible
+            && self.links[link].up.queue_len() >= self.early_capacity
     }
 
     /// Early mode's routing: the lowest-numbered link that is up.
@@ -612,6 +643,23 @@ impl World {
         }
     }
 
+    /// A packet of a flow outside the tunnel: straight onto link `l`.
+    fn send_outside(&mut self, l: usize, side: Side, pkt: Vec<u8>) {
+        let uplink = side == Side::Client;
+        let len = pkt.len();
+        let link = &mut self.links[l];
+        let dir = if uplink { &mut link.up } else { &mut link.down };
+        match dir.enqueue(self.now, len, pkt) {
+            Ok(id) => {
+                link.outside[usize::from(!uplink)].insert(id);
+            }
+            Err((reason, _)) => match reason {
+                DropReason::Outage => link.tally.dropped_outage += 1,
+                _ => link.tally.dropped_queue_full += 1,
+            },
+        }
+    }
+
     fn enqueue(&mut self, i: usize, uplink: bool, len: usize, payload: Vec<u8>) -> bool {
         let now = self.now;
         let l = &mut self.links[i];
@@ -656,8 +704,11 @@ impl World {
                 let uplink = side == Side::Client;
                 let ok = self.enqueue_dgram(usize::from(tx.link.0), uplink, &buf[..tx.len]);
                 // The server's interface is not the bottleneck: its datagrams leave at
-                // once. A refused datagram has left the client's interface too.
-                if !uplink || !ok {
+                // once, as the client's do when its uplink's bottleneck is in the
+                // network. A refused datagram has left the client's interface too.
+                let li = usize::from(tx.link.0);
+                let visible = uplink && self.links.get(li).is_some_and(|l| l.up_visible);
+                if !visible || !ok {
                     e.handle_tx_done(t, tx.link);
                 }
             }
