@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 pub struct Percentiles {
     /// Median (nearest rank).
     pub p50: f64,
+    /// 95th percentile (nearest rank).
+    #[serde(default)]
+    pub p95: f64,
     /// 99th percentile (nearest rank).
     pub p99: f64,
     /// Largest sample.
@@ -24,6 +27,7 @@ impl Percentiles {
         sorted.sort_by(f64::total_cmp);
         Self {
             p50: nearest_rank(&sorted, 50.0),
+            p95: nearest_rank(&sorted, 95.0),
             p99: nearest_rank(&sorted, 99.0),
             max: sorted[sorted.len() - 1],
         }
@@ -34,6 +38,7 @@ impl Percentiles {
     pub fn rounded(self) -> Self {
         Self {
             p50: round3(self.p50),
+            p95: round3(self.p95),
             p99: round3(self.p99),
             max: round3(self.max),
         }
@@ -70,8 +75,10 @@ mod tests {
         assert_eq!(Percentiles::of(&[]), Percentiles::default());
         assert_eq!(nearest_rank(&[7.0], 99.0), 7.0);
         assert_eq!(nearest_rank(&s, 0.0), 1.0);
+        assert_eq!(Percentiles::of(&s).p95, 95.0);
         let r = Percentiles {
             p50: 1.23456,
+            p95: 1.5,
             p99: 2.0004,
             max: 3.9999,
         }

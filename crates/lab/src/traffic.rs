@@ -470,6 +470,7 @@ pub fn merge(send: Option<&SendSummary>, recv: &RecvSummary) -> FlowReport {
     let lat = recv.latency_ms.rounded();
     let latency_ms = LatencyReport {
         p50: lat.p50,
+        p95: lat.p95,
         p99: lat.p99,
         max: lat.max,
     };
@@ -1595,6 +1596,7 @@ mod tests {
             lost: 849,
             latency_ms: Percentiles {
                 p50: 1.23456,
+                p95: 1.5,
                 p99: 2.0,
                 max: 3.0,
             },

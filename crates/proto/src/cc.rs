@@ -1,56 +1,76 @@
 //! Per-link rate and delay control: keeps the queue at each link's bottleneck (a modem,
-//! a base station, a DSL line: somewhere the sender cannot see) near empty, so that the
+//! a base station, a DSL line: somewhere the sender cannot see) short, so that the
 //! backlog waits in the per-flow queues above the binding point instead, where fair
-//! queueing and CoDel control it.
+//! queueing and CoDel control it and the binding point can still move it.
 //!
-//! The controller is Copa's (Arun and Balakrishnan, NSDI 2018), on bytes:
+//! The controller sets each link's window from what the link delivers and how long its
+//! bottleneck queue is, both measured by the sender:
 //!
-//! - From every acknowledgement that came back over the link: `RTTmin`, the least RTT of
-//!   the last [`MIN_RTT_WINDOW`]; `RTTstanding`, the least RTT of the last half SRTT (the
-//!   delay a packet sent now would see, without the ack-compression noise of one sample);
-//!   the queueing delay `dq = RTTstanding - RTTmin`.
-//! - The target rate is `1 / (delta * dq)` packets per second; the current rate is
-//!   `cwnd / RTTstanding`. Each acknowledged packet moves the window by
-//!   `v / (delta * cwnd)` packets, up when the current rate is below the target, down
-//!   otherwise. In equilibrium `1 / delta` packets (two, with `delta = 0.5`) wait at the
-//!   bottleneck, whatever its rate: the controller follows a link whose capacity changes
-//!   every few milliseconds, because a rising queue shows within one round trip.
-//! - The velocity `v` doubles each round trip the window keeps moving the same way
-//!   (after three), and falls back to 1 when it turns: large changes of capacity are
-//!   found in a few round trips.
-//! - Packets are paced at `2 * cwnd / RTTstanding`, so that a window leaves as a stream
-//!   and not as a burst.
-//! - Competing traffic: while the queue is never nearly empty for five round trips
-//!   (`dq < 0.1 (RTTmax - RTTmin)`, with `RTTmax` of the last four round trips),
-//!   something else fills the bottleneck and a delay target would starve the link. The
-//!   controller then switches to competitive mode: `1 / delta` grows by one each round
-//!   trip without loss and halves at a loss, as TCP's window would, until the queue
-//!   empties again.
-//!
-//! Startup doubles the window each round trip until the current rate passes the target.
-//! A link that comes back from down starts again from there.
+//! - The queueing delay `dq`: the forward one-way delay over its minimum. The peer
+//!   reports when it received the packet each acknowledgement is about (RX_TIME,
+//!   `docs/protocol.md` 3.6); send and receive clocks differ by a constant that the
+//!   minimum takes out. Only this direction's queue counts: a queue on the way back (the
+//!   peer's own traffic) does not make the link slow down. The standing value is the
+//!   least of the last half SRTT (the delay a packet sent now would see). Without
+//!   one-way samples, RTTstanding - RTTmin stands in (as Copa, Arun and Balakrishnan,
+//!   NSDI 2018).
+//! - `R`, the delivery rate: bytes acknowledged over the last `RTTmin` (at least
+//!   [`RATE_WINDOW_MIN`]), so that a link whose capacity changes every few milliseconds
+//!   is followed within a round trip, and a cellular scheduler's bursts are averaged.
+//! - The target queue `hold`: two packets at `R`, or as long as the link lately
+//!   delivered nothing while packets waited (the longest gap between acknowledgements
+//!   of [`GAP_WINDOW`], counted only as far as the packet acknowledged after it waited
+//!   beyond the path's minimum, less the peer's ack delay), up to `max_queue`. A link
+//!   whose delivery comes in bursts and pauses (a cellular scheduler) needs that much
+//!   waiting at its bottleneck to use the bursts; a steady link needs two packets.
+//! - The window that keeps `hold` at the bottleneck is `R * (RTTmin + hold)`, at the
+//!   rate the link delivered while the window limited it if that is higher. When the
+//!   queue is longer than `hold`, the window falls to it at once. When the queue has
+//!   stayed under half of `hold` for a round trip and the window limits the link, the
+//!   link may carry more: the window grows to [`SEARCH_GAIN`] times that (a search that
+//!   overshoots by at most a quarter of a bandwidth-delay product for one round trip).
+//!   In between, or while the link has less to send than its window, it holds.
+//! - Packets are paced at twice `window / RTTstanding`, so that a window leaves as a
+//!   stream and not as a burst.
+//! - Competing traffic: while the queue is never nearly empty for ten minimum RTTs,
+//!   something else keeps the bottleneck full and a delay target would leave the link
+//!   to it. The controller then competes: its window gets out of the way of the inner
+//!   flows' own congestion control, backs off by 0.7 at a loss, and every few round
+//!   trips drains to what the link carries per minimum RTT: if the queue then empties,
+//!   it was the link's own and the delay target returns.
 //!
 //! The windowed minimum and maximum filters are Kathleen Nichols' three-sample estimator
 //! (as in Linux's `lib/minmax.c`): constant memory, exact when the extreme is recent.
 
 use core::time::Duration;
+use std::collections::VecDeque;
 
 use crate::time::Instant;
 
-/// Bytes of one full-size packet: the unit of the controller's `1 / delta` packets.
+/// Bytes of one full-size packet.
 pub(crate) const MSS: f64 = 1500.0;
 /// Smallest window: enough for a packet below the binding point, one in flight and an
 /// acknowledgement's worth of slack.
 const MIN_CWND: f64 = 4.0 * MSS;
 /// Initial window. Larger than a TCP's ten packets: the tunnel carries many flows at
 /// once, and the per-flow queues' CoDel would otherwise drop what waits above the binding
-/// point while a fresh link is still in startup.
+/// point while a fresh link is still searching.
 const INITIAL_CWND: f64 = 32.0 * MSS;
 /// How long an RTT sample counts as a candidate for the minimum RTT.
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
-/// `1 / delta` in the default mode: packets the controller keeps at the bottleneck.
-const DEFAULT_INV_DELTA: f64 = 2.0;
-/// Round trips without a nearly empty queue after which the controller competes.
+/// Shortest window over which the delivery rate is measured.
+const RATE_WINDOW_MIN: Duration = Duration::from_millis(10);
+/// How long the longest gap between acknowledgements counts.
+const GAP_WINDOW: Duration = Duration::from_secs(2);
+/// Added to one-way delay samples (nanoseconds) so that they fit a `Duration` whatever the
+/// offset between the two ends' clocks (up to 73 years either way).
+const OWD_BIAS: i128 = 1 << 61;
+/// Packets the controller keeps at a steady bottleneck.
+const HOLD_PACKETS: f64 = 2.0;
+/// How much the window grows per round trip while the queue is short and the window
+/// limits the link.
+const SEARCH_GAIN: f64 = 1.25;
+/// Minimum RTTs without a nearly empty queue after which the controller competes.
 const COMPETITIVE_AFTER_RTTS: u32 = 10;
 /// Round trips between two drains in competitive mode.
 const DRAIN_EVERY_RTTS: u32 = 8;
@@ -121,99 +141,116 @@ impl MinMax {
 /// One link's controller.
 #[derive(Clone, Debug)]
 pub(crate) struct Controller {
-    /// Congestion window, bytes.
+    /// Window, bytes.
     cwnd: f64,
-    velocity: f64,
-    /// Direction of the window over the last round trip, and for how many round trips it
-    /// has moved that way.
-    rising: bool,
-    same_direction: u32,
-    round_start: Instant,
-    cwnd_at_round_start: f64,
-    slow_start: bool,
     min_rtt: MinMax,
     standing: MinMax,
     max_rtt: MinMax,
     has_sample: bool,
+    /// The same three filters over the forward one-way delay (RX_TIME), biased by
+    /// [`OWD_BIAS`] (the clocks' offset makes a raw sample any sign): the queue on this
+    /// link's own direction, which a queue on the way back (the peer's traffic) does
+    /// not inflate.
+    owd_min: MinMax,
+    owd_standing: MinMax,
+    owd_max: MinMax,
+    has_owd: bool,
+    /// Latest RTTstanding (the initial RTT before a sample).
+    standing_rtt: Duration,
+    /// Longest queueing delay the controller aims for at the bottleneck.
+    max_queue: Duration,
+    /// Longest the peer delays an acknowledgement: a gap between acknowledgements up to
+    /// this (plus two packets' time) is the acknowledgement policy's, not the link's.
+    ack_delay: Duration,
+    /// Bytes acknowledged so far, and (time, bytes acknowledged by then) samples over the
+    /// last rate window, oldest first.
+    delivered: f64,
+    deliveries: VecDeque<(Instant, f64)>,
+    /// Delivery rate over the last rate window, bytes per second (0 before a window).
+    rate: f64,
+    /// Smoothed delivery rate while the window limited the link, bytes per second.
+    limited_rate: f64,
+    /// Until then the delivery rate does not lower the window: another link's traffic
+    /// has just moved here and its acknowledgements have not come back yet.
+    hold_down_until: Instant,
     /// Last time the queue was nearly empty.
     last_nearly_empty: Instant,
-    inv_delta: f64,
+    /// Since when the queue has been under half the target, if it is.
+    short_since: Option<Instant>,
+    /// The longest gap between two acknowledgements of the last [`GAP_WINDOW`] while
+    /// data was in flight: how long the link can deliver nothing (a cellular
+    /// scheduler's pause), and so how much must wait at its bottleneck to use what it
+    /// delivers after.
+    gaps: MinMax,
+    last_ack_at: Instant,
     competitive: bool,
     loss_in_round: bool,
+    round_start: Instant,
     /// Competitive mode: the next drain, the end of the current one, and the window to
     /// go back to after it.
     next_drain: Instant,
     drain_until: Option<Instant>,
     saved_cwnd: f64,
-    /// Latest RTTstanding (the initial RTT before a sample).
-    standing_rtt: Duration,
-    /// Longest queueing delay the controller aims for at the bottleneck.
-    max_queue: Duration,
-    /// Bytes acknowledged since the round trip began, and the rate of the last complete
-    /// round trip (bytes per second; 0 before one).
-    round_acked: f64,
-    last_round_rate: f64,
-    /// Highest rate of a round trip outside competitive mode.
-    peak_rate: f64,
 }
 
 impl Controller {
-    pub(crate) fn new(now: Instant, initial_rtt: Duration, max_queue: Duration) -> Self {
+    pub(crate) fn new(
+        now: Instant,
+        initial_rtt: Duration,
+        max_queue: Duration,
+        ack_delay: Duration,
+    ) -> Self {
         Self {
-            max_queue,
+            ack_delay,
             cwnd: INITIAL_CWND,
-            velocity: 1.0,
-            rising: true,
-            same_direction: 0,
-            round_start: now,
-            cwnd_at_round_start: INITIAL_CWND,
-            slow_start: true,
             min_rtt: MinMax::new(false),
             standing: MinMax::new(false),
             max_rtt: MinMax::new(true),
             has_sample: false,
+            owd_min: MinMax::new(false),
+            owd_standing: MinMax::new(false),
+            owd_max: MinMax::new(true),
+            has_owd: false,
+            standing_rtt: initial_rtt,
+            max_queue,
+            delivered: 0.0,
+            deliveries: VecDeque::new(),
+            rate: 0.0,
+            limited_rate: 0.0,
+            hold_down_until: now,
             last_nearly_empty: now,
-            inv_delta: DEFAULT_INV_DELTA,
+            short_since: None,
+            gaps: MinMax::new(true),
+            last_ack_at: now,
             competitive: false,
             loss_in_round: false,
+            round_start: now,
             next_drain: now,
             drain_until: None,
             saved_cwnd: INITIAL_CWND,
-            standing_rtt: initial_rtt,
-            round_acked: 0.0,
-            last_round_rate: 0.0,
-            peak_rate: 0.0,
         }
     }
 
-    /// What another link carried when it failed: the rate acknowledged over its last
-    /// round trip (bytes per second).
+    /// Starts over (a link back from down may be a different path).
+    pub(crate) fn reset(&mut self, now: Instant, initial_rtt: Duration) {
+        *self = Self::new(now, initial_rtt, self.max_queue, self.ack_delay);
+    }
+
+    /// What this link carried lately, bytes per second: its delivery rate.
     pub(crate) fn carried_rate(&self) -> f64 {
-        self.last_round_rate
+        self.rate
     }
 
     /// Another link failed and its load moves here: `rate` (bytes per second) of new
     /// traffic, and `backlog` bytes it had in flight, reinjected here now. This link's
     /// window was limited by what it was given, not by what it can carry: it opens to
-    /// carry both within one of its own round trips and searches again (startup),
-    /// instead of growing a packet per round trip while the moved traffic waits. If that
-    /// is more than the link can carry, startup ends at the first queue.
+    /// carry both within one of its own round trips, and the delivery rate, which still
+    /// shows the old load, does not lower it until the moved traffic has been
+    /// acknowledged. If that is more than the link can carry, the queue then shows it.
     pub(crate) fn take_over(&mut self, now: Instant, rate: f64, backlog: usize) {
         let need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
         self.cwnd = self.cwnd.max(need);
-        self.slow_start = true;
-        self.velocity = 1.0;
-        self.same_direction = 0;
-        // What was measured before the traffic moved here says nothing of the link's
-        // capacity: a new round trip begins.
-        self.round_start = now;
-        self.round_acked = 0.0;
-        self.cwnd_at_round_start = self.cwnd;
-    }
-
-    /// Starts over (a link back from down may be a different path).
-    pub(crate) fn reset(&mut self, now: Instant, initial_rtt: Duration) {
-        *self = Self::new(now, initial_rtt, self.max_queue);
+        self.hold_down_until = now + self.standing_rtt + self.min_rtt();
     }
 
     /// The window, bytes.
@@ -231,18 +268,79 @@ impl Controller {
         2.0 * self.rate()
     }
 
-    /// Queueing delay at the bottleneck: RTTstanding - RTTmin (zero before a sample).
+    /// Queueing delay at the bottleneck: the standing forward one-way delay over its
+    /// minimum, or without one-way samples RTTstanding - RTTmin (zero before a sample).
     pub(crate) fn queue_delay(&self) -> Duration {
-        if self.has_sample {
+        if self.has_owd {
+            self.owd_standing.get().saturating_sub(self.owd_min.get())
+        } else if self.has_sample {
             self.standing.get().saturating_sub(self.min_rtt.get())
         } else {
             Duration::ZERO
         }
     }
 
+    /// Spread of the recent delays (max - min), one-way if measured.
+    fn delay_spread(&self) -> Duration {
+        if self.has_owd {
+            self.owd_max.get().saturating_sub(self.owd_min.get())
+        } else {
+            self.max_rtt.get().saturating_sub(self.min_rtt.get())
+        }
+    }
+
+    /// A forward one-way delay sample, nanoseconds up to the clocks' offset (RX_TIME).
+    pub(crate) fn on_owd(&mut self, now: Instant, owd_ns: i128, srtt: Duration) {
+        let biased = owd_ns + OWD_BIAS;
+        let Ok(ns) = u64::try_from(biased) else {
+            return;
+        };
+        let v = Duration::from_nanos(ns);
+        if self.competitive && self.has_owd {
+            if v < self.owd_min.get() {
+                self.owd_min.reset(now, v);
+            }
+        } else {
+            self.owd_min.update(now, MIN_RTT_WINDOW, v);
+        }
+        self.owd_standing.update(now, srtt / 2, v);
+        self.owd_max.update(now, srtt * 4, v);
+        self.has_owd = true;
+    }
+
     /// Whether the controller is in competitive mode.
     pub(crate) fn competitive(&self) -> bool {
         self.competitive
+    }
+
+    fn min_rtt(&self) -> Duration {
+        if self.has_sample {
+            self.min_rtt.get()
+        } else {
+            self.standing_rtt
+        }
+    }
+
+    /// Bytes acknowledged over the last rate window: the delivery rate.
+    fn measure_rate(&mut self, now: Instant, acked: usize) {
+        self.delivered += acked as f64;
+        let window = self.min_rtt().max(RATE_WINDOW_MIN);
+        // One sample per 1/32 of the window is enough.
+        if self
+            .deliveries
+            .back()
+            .is_none_or(|&(t, _)| now - t >= window / 32)
+        {
+            self.deliveries.push_back((now, self.delivered));
+        }
+        while self.deliveries.len() > 1 && now - self.deliveries[1].0 >= window {
+            self.deliveries.pop_front();
+        }
+        if let Some(&(t, d)) = self.deliveries.front()
+            && now - t >= window
+        {
+            self.rate = (self.delivered - d) / (now - t).as_secs_f64();
+        }
     }
 
     /// `acked` bytes were newly acknowledged; `rtt` is the sample the acknowledgement gave,
@@ -255,120 +353,115 @@ impl Controller {
         acked: usize,
         rtt: Option<Duration>,
         srtt: Duration,
-        rttvar: Duration,
+        _rttvar: Duration,
         in_flight: usize,
     ) {
         if let Some(rtt) = rtt {
-            self.min_rtt.update(now, MIN_RTT_WINDOW, rtt);
+            if self.competitive {
+                // Another sender's queue hides the path's own RTT: keep the last one
+                // measured (only a lower sample replaces it), or that queue would
+                // become the base and the controller would defend it as empty.
+                if rtt < self.min_rtt.get() {
+                    self.min_rtt.reset(now, rtt);
+                }
+            } else {
+                self.min_rtt.update(now, MIN_RTT_WINDOW, rtt);
+            }
             self.standing.update(now, srtt / 2, rtt);
             self.max_rtt.update(now, srtt * 4, rtt);
             self.has_sample = true;
             self.standing_rtt = self.standing.get();
         }
-        if !self.has_sample || acked == 0 {
+        self.measure_rate(now, acked);
+        if acked > 0 {
+            // The link held everything for as long as no acknowledgement came, but only
+            // as far as the packet now acknowledged waited beyond the path's minimum:
+            // a gap after which a packet arrives with no more delay than usual was this
+            // end sending nothing.
+            if let Some(rtt) = rtt
+                && self.has_sample
+            {
+                let waited = rtt.saturating_sub(self.min_rtt.get());
+                let gap = (now - self.last_ack_at).min(waited);
+                self.gaps.update(now, GAP_WINDOW, gap);
+            }
+            self.last_ack_at = now;
+        }
+        if !self.has_sample || acked == 0 || self.rate <= 0.0 {
             return;
         }
+        // A window that is not used cannot tell whether it is too small.
+        let limited = in_flight as f64 + acked as f64 + 2.0 * MSS >= self.cwnd;
+        if limited {
+            self.limited_rate = if self.limited_rate == 0.0 {
+                self.rate
+            } else {
+                0.9 * self.limited_rate + 0.1 * self.rate
+            };
+        }
         let min = self.min_rtt.get();
-        let dq = self.standing.get().saturating_sub(min);
-        let spread = self.max_rtt.get().saturating_sub(min);
-        // Nearly empty: a tenth of the recent RTT spread, or twice the packets the
-        // controller itself keeps there (a spread of a few packets' serialization is the
-        // controller's own queue, not competing traffic).
-        let own = 2.0 * MSS * DEFAULT_INV_DELTA / self.rate().max(1.0);
-        let spread_part = if self.competitive {
-            // Its own window filled the bottleneck: only an empty queue counts.
-            0.1 * min.as_secs_f64()
+        let dq = self.queue_delay().as_secs_f64();
+        let spread = self.delay_spread().as_secs_f64();
+        let packet_time = MSS / self.rate.max(self.limited_rate);
+        let gap = self.gaps.get().as_secs_f64()
+            - self.ack_delay.as_secs_f64()
+            - HOLD_PACKETS * packet_time;
+        let hold = gap
+            .min(self.max_queue.as_secs_f64())
+            .max(HOLD_PACKETS * packet_time);
+        // Nearly empty: within the controller's own target, or a tenth of the recent RTT
+        // spread. In competitive mode only the own target counts (its own window filled
+        // the bottleneck, and that spread is its own too).
+        let nearly_empty = if self.competitive {
+            dq <= 2.0 * hold
         } else {
-            0.1 * spread.as_secs_f64()
+            dq <= (2.0 * hold).max(0.1 * spread)
         };
-        if dq.as_secs_f64() <= spread_part.max(own) {
+        if nearly_empty {
             self.last_nearly_empty = now;
             if self.competitive {
                 // The queue emptied when this link held back: it was its own.
                 self.competitive = false;
                 self.drain_until = None;
-                self.velocity = 1.0;
             }
         }
-        // Counted in minimum RTTs: the standing RTT grows with the very queue that is
-        // in question, and a link starved by it would wait for it ever longer.
-        let persistent = min * COMPETITIVE_AFTER_RTTS;
-        if !self.competitive && !self.slow_start && now - self.last_nearly_empty > persistent {
+        // Counted in minimum RTTs: the standing RTT grows with the very queue that is in
+        // question, and a link starved by it would wait for it ever longer.
+        if !self.competitive && now - self.last_nearly_empty > min * COMPETITIVE_AFTER_RTTS {
             // Something else keeps the bottleneck's queue from emptying: a delay target
-            // would leave the link to it. Start from half of what the link carried at
-            // its best before (an even share), not from the window the delay target
-            // shrank meanwhile.
+            // would leave the link to it. Start from what the link carried while its
+            // window limited it, not from the window the delay target shrank meanwhile.
             self.competitive = true;
             self.next_drain = now + srtt * DRAIN_EVERY_RTTS;
-            let share = 0.5 * self.peak_rate * self.standing.get().as_secs_f64();
-            self.cwnd = self.cwnd.max(share);
+            self.cwnd = self.cwnd.max(0.5 * self.limited_rate * srtt.as_secs_f64());
         }
         if self.competitive {
             self.competitive_ack(now, acked, in_flight, srtt);
-            return;
-        }
-        // The queue to keep: two packets, or as long as the path's RTT varies (up to
-        // `max_queue`). A link whose delivery comes in bursts and gaps (a cellular
-        // scheduler) needs that much waiting at its bottleneck to use the bursts; a
-        // steady one needs two packets.
-        let per_packet = MSS / self.rate().max(1.0);
-        let hold = rttvar.min(self.max_queue).as_secs_f64();
-        self.inv_delta = (hold / per_packet).max(DEFAULT_INV_DELTA);
-        let delta = 1.0 / self.inv_delta;
-        let dq_s = dq.as_secs_f64();
-        let target = if dq_s > 0.0 {
-            MSS / (delta * dq_s)
         } else {
-            f64::INFINITY
-        };
-        let current = self.rate();
-        // A window that is not used cannot tell whether it is too small: it grows only
-        // while it is full (but for two packets). Growing a half-used window let it
-        // run to twice what was in flight, and the swing back below the path's
-        // bandwidth-delay product made the per-flow queues drop.
-        let limited = in_flight as f64 + acked as f64 + 2.0 * MSS >= self.cwnd;
-        self.round_acked += acked as f64;
-        if self.slow_start {
-            if current < target {
-                if limited {
-                    self.cwnd += acked as f64;
-                }
+            // At the rate the link delivered while the window limited it: a dip of the
+            // delivery rate while the flows above had less to send says nothing of the
+            // link.
+            let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + hold);
+            if dq < hold / 2.0 {
+                self.short_since.get_or_insert(now);
             } else {
-                // A queue shows: startup overshot by up to a round trip's growth. The
-                // window falls to what the link delivers per minimum RTT (what is in
-                // flight, scaled from the standing RTT to the minimum) plus the target
-                // queue, rather than walking the overshoot back a packet at a time.
-                self.slow_start = false;
-                let standing = self.standing.get().as_secs_f64().max(1e-6);
-                let bdp = in_flight as f64 * min.as_secs_f64() / standing + MSS / delta;
-                self.cwnd = self.cwnd.min(bdp);
+                self.short_since = None;
             }
-        }
-        if !self.slow_start {
-            let up = current <= target;
-            if up != self.rising {
-                // The window turns: from here on it moves one packet per round trip at
-                // first. (Copa turns the velocity back only at the end of the round trip;
-                // the half round trip the feedback already lags would then overshoot by
-                // several round trips' worth of the old velocity.)
-                self.rising = up;
-                self.same_direction = 0;
-                self.velocity = 1.0;
-                self.cwnd_at_round_start = self.cwnd;
-                self.round_start = now;
-            }
-            let step = self.velocity * MSS * acked as f64 / (delta * self.cwnd);
-            if up {
-                if limited {
-                    self.cwnd += step;
-                }
-            } else {
-                self.cwnd -= step;
+            // Searching only after a round trip of a short queue: a queue that only
+            // dipped (the flows above paused) is no sign of unused capacity.
+            let searching = self
+                .short_since
+                .is_some_and(|t| now - t >= self.standing_rtt);
+            if dq > hold && now >= self.hold_down_until {
+                self.cwnd = self.cwnd.min(fit);
+            } else if searching && limited {
+                self.cwnd = self.cwnd.max(SEARCH_GAIN * fit);
             }
         }
         self.cwnd = self.cwnd.max(MIN_CWND);
         if now - self.round_start >= self.standing_rtt {
-            self.end_round(now);
+            self.loss_in_round = false;
+            self.round_start = now;
         }
     }
 
@@ -379,7 +472,6 @@ impl Controller {
     /// minimum RTT: if the queue then empties, it was this link's own and the controller
     /// returns to its delay target; if it does not, the competition is still there.
     fn competitive_ack(&mut self, now: Instant, acked: usize, in_flight: usize, srtt: Duration) {
-        self.round_acked += acked as f64;
         match self.drain_until {
             Some(until) if now >= until => {
                 self.drain_until = None;
@@ -389,8 +481,7 @@ impl Controller {
             Some(_) => {}
             None if now >= self.next_drain => {
                 self.saved_cwnd = self.cwnd;
-                let rate = self.last_round_rate.max(self.rate() / 2.0);
-                let bdp = rate * self.min_rtt.get().as_secs_f64() + MSS * DEFAULT_INV_DELTA;
+                let bdp = self.rate * self.min_rtt.get().as_secs_f64() + HOLD_PACKETS * MSS;
                 self.cwnd = bdp.max(MIN_CWND).min(self.cwnd);
                 self.drain_until = Some(now + srtt + self.min_rtt.get());
             }
@@ -400,40 +491,6 @@ impl Controller {
                 }
             }
         }
-        if now - self.round_start >= self.standing_rtt {
-            self.end_round(now);
-        }
-    }
-
-    /// Once per round trip: velocity and, in competitive mode, `1 / delta`.
-    fn end_round(&mut self, now: Instant) {
-        let rising = self.cwnd > self.cwnd_at_round_start;
-        if rising == self.rising {
-            self.same_direction += 1;
-            if self.same_direction >= 3 {
-                self.velocity *= 2.0;
-            }
-        } else {
-            self.rising = rising;
-            self.same_direction = 0;
-            self.velocity = 1.0;
-        }
-        // The window moves by `v / delta` packets per round trip: at most half of itself.
-        let delta = 1.0 / self.inv_delta;
-        self.velocity = self
-            .velocity
-            .min((self.cwnd * delta / (2.0 * MSS)).max(1.0));
-        self.loss_in_round = false;
-        let elapsed = (now - self.round_start).as_secs_f64();
-        if elapsed > 0.0 {
-            self.last_round_rate = self.round_acked / elapsed;
-            if !self.competitive {
-                self.peak_rate = self.peak_rate.max(self.last_round_rate);
-            }
-        }
-        self.round_acked = 0.0;
-        self.cwnd_at_round_start = self.cwnd;
-        self.round_start = now;
     }
 
     /// A packet of this link was declared lost. In competitive mode the window backs
@@ -480,7 +537,7 @@ mod tests {
     /// the queueing delays seen in the last two seconds and the rate acknowledged then.
     fn run(rate: f64, base: Duration, secs: f64, change: Option<(f64, f64)>) -> (Vec<f64>, f64) {
         use std::collections::VecDeque;
-        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20), ms(5));
         let step = Duration::from_micros(500);
         let dt = step.as_secs_f64();
         let mut now = Instant::ZERO;
@@ -575,7 +632,7 @@ mod tests {
 
     #[test]
     fn loss_backs_a_competitive_window_off_once_per_round() {
-        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20), ms(5));
         c.competitive = true;
         c.cwnd = 100.0 * MSS;
         c.on_loss();

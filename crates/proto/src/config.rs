@@ -108,7 +108,7 @@ pub struct Config {
     /// Links a packet of a redundant flow goes on, the original included: 2 (the two best
     /// links, the default) or more; 0 means every usable link.
     pub redundant_links: usize,
-    /// Per-link rate and delay control ([`crate::cc`]): each link's sending is paced and
+    /// Per-link rate and delay control (`cc.rs`): each link's sending is paced and
     /// windowed so that the queue at its bottleneck, wherever it is, stays at a couple of
     /// packets and the backlog waits in the per-flow queues above the binding point.
     /// Default on.

@@ -461,9 +461,10 @@ impl Endpoint {
             id,
             config,
             self.config.initial_rtt,
-            self.config
-                .rate_control
-                .then_some(self.config.rate_control_max_queue),
+            self.config.rate_control.then_some((
+                self.config.rate_control_max_queue,
+                self.config.max_ack_delay,
+            )),
             now,
         );
         let pos = self.links.partition_point(|l| l.id < id);
@@ -668,6 +669,15 @@ impl Endpoint {
                 }
             }
             wire::Frame::Data(data) => self.on_data(now, data),
+            wire::Frame::RxTime {
+                link,
+                pn,
+                received_us,
+            } => {
+                if let Some(i) = self.link_index(LinkId(link)) {
+                    self.links[i].on_rx_time(now, pn, received_us);
+                }
+            }
         }
     }
 
@@ -941,10 +951,10 @@ impl Endpoint {
             self.write_header(via, buf);
             let mut eliciting = false;
             if ack_due {
-                self.write_ack(now, i, buf);
+                self.write_ack(now, i, buf, true);
             }
             if via != i && self.links[via].rx.ack_deadline.is_some() {
-                self.write_ack(now, via, buf);
+                self.write_ack(now, via, buf, true);
             }
             if announce {
                 eliciting |= self.write_link_status(buf);
@@ -1136,7 +1146,7 @@ impl Endpoint {
         } = queue.pop_front().expect("checked");
         self.write_header(li, buf);
         if self.links[li].rx.ack_deadline.is_some() {
-            self.write_ack(now, li, buf);
+            self.write_ack(now, li, buf, false);
         }
         wire::emit_data(
             buf,
@@ -1220,7 +1230,7 @@ impl Endpoint {
         self.next_global_seq += 1;
         self.write_header(li, buf);
         if self.links[li].rx.ack_deadline.is_some() {
-            self.write_ack(now, li, buf);
+            self.write_ack(now, li, buf, false);
         }
         wire::emit_data(buf, gseq as u32, flow.0, flow_seq as u32, &queued.data)
             .expect("tun packets are checked against the DATA frame limit");
@@ -1263,9 +1273,12 @@ impl Endpoint {
         .emit(buf);
     }
 
-    fn write_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>) {
+    /// Writes link `li`'s ACK frame, and with `with_time` an RX_TIME frame for its largest
+    /// packet (one-way delay for the peer's rate control; left out when the ACK rides on
+    /// a DATA frame, whose datagram has no room budgeted for it).
+    fn write_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, with_time: bool) {
         let l = &mut self.links[li];
-        let Some(_) = l.rx.largest() else {
+        let Some(largest) = l.rx.largest() else {
             return;
         };
         let delay = (now - l.rx.largest_time)
@@ -1273,6 +1286,9 @@ impl Endpoint {
             .min(u128::from(u32::MAX)) as u32;
         let ranges: Vec<_> = l.rx.ranges().cloned().collect();
         wire::emit_ack(buf, l.id.0, delay, &ranges);
+        if with_time {
+            wire::emit_rx_time(buf, l.id.0, largest, l.rx.largest_time.as_nanos() / 1000);
+        }
         l.rx.on_ack_sent();
         self.stats.acks_sent += 1;
     }

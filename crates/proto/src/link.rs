@@ -418,6 +418,9 @@ pub(crate) struct Link {
     /// Rate and delay control (`None`: off, the link sends as fast as its budget allows).
     pub(crate) cc: Option<Controller>,
     pub(crate) largest_acked: Option<u64>,
+    /// The packet number and send time of the packet whose acknowledgement gave the
+    /// latest RTT sample: an RX_TIME frame about it gives its one-way delay.
+    last_sampled: Option<(u64, Instant)>,
     /// Last acknowledgement of this link, duplicate ones included (re-arms the
     /// reinjection timer), or the send on an idle link that armed it.
     pub(crate) last_ack_time: Instant,
@@ -460,10 +463,11 @@ impl Link {
         id: LinkId,
         config: LinkConfig,
         initial_rtt: Duration,
-        rate_control: Option<Duration>,
+        rate_control: Option<(Duration, Duration)>,
         now: Instant,
     ) -> Self {
-        let cc = rate_control.map(|max_queue| Controller::new(now, initial_rtt, max_queue));
+        let cc = rate_control
+            .map(|(max_queue, ack_delay)| Controller::new(now, initial_rtt, max_queue, ack_delay));
         let mut pacer = Pacer::new(config.pacing_rate);
         if let Some(c) = &cc {
             pacer.set_rate(now, Self::paced_rate(config.pacing_rate, c));
@@ -482,6 +486,7 @@ impl Link {
             bytes_in_flight: 0,
             cc,
             largest_acked: None,
+            last_sampled: None,
             last_ack_time: now,
             below: VecDeque::new(),
             last_tx_done: now,
@@ -670,6 +675,19 @@ impl Link {
         self.last_tx_done = now;
     }
 
+    /// The peer received packet `pn` at `received_us` on its clock (RX_TIME): a one-way
+    /// delay sample, up to the clocks' offset, for rate control.
+    pub(crate) fn on_rx_time(&mut self, now: Instant, pn: u64, received_us: u64) {
+        let (Some((sampled, sent)), Some(c)) = (self.last_sampled, &mut self.cc) else {
+            return;
+        };
+        if sampled != pn {
+            return;
+        }
+        let owd = i128::from(received_us) * 1000 - i128::from(sent.as_nanos());
+        c.on_owd(now, owd, self.rtt.srtt);
+    }
+
     /// Datagrams below the binding point.
     #[inline]
     pub(crate) fn below_len(&self) -> usize {
@@ -726,6 +744,7 @@ impl Link {
                 };
                 if pn == largest {
                     rtt_sample = Some(now - p.time);
+                    self.last_sampled = Some((pn, p.time));
                 }
                 if let Some(d) = p.data {
                     if d.taken {

@@ -26,6 +26,7 @@
 //! | 0x03 | LOSS_REPORT | count u8, count x (link u16, received u64, lost u64)               | no  |
 //! | 0x04 | DATA        | global_seq u32, flow_id u32, flow_seq u32, len u16, len bytes      | yes |
 //! | 0x05 | LINK_STATUS | link u16, state u8 (0 = up, 1 = down)                              | yes |
+//! | 0x06 | RX_TIME     | link u16, pn u64, received_us u64                                  | no  |
 //!
 //! # Receiving
 //!
@@ -93,6 +94,7 @@ mod frame_type {
     pub(super) const LOSS_REPORT: u8 = 0x03;
     pub(super) const DATA: u8 = 0x04;
     pub(super) const LINK_STATUS: u8 = 0x05;
+    pub(super) const RX_TIME: u8 = 0x06;
 }
 
 /// ACK frame length without its extra ranges: type, link, largest, delay, first_range, count.
@@ -191,6 +193,16 @@ pub enum Frame<'a> {
         link: u16,
         /// Its state as the sender sees it.
         state: LinkState,
+    },
+    /// RX_TIME (§3.6): when the frame's sender received one packet on one link, on its
+    /// own clock (the receiver learns the packet's one-way delay up to a constant).
+    RxTime {
+        /// The link the packet travelled on (towards the frame's sender).
+        link: u16,
+        /// The packet's full packet number.
+        pn: u64,
+        /// Its arrival, microseconds on the frame sender's clock (any origin).
+        received_us: u64,
     },
 }
 
@@ -635,6 +647,18 @@ pub fn emit_link_status(out: &mut Vec<u8>, link: u16, state: LinkState) {
     out.push(state.to_u8());
 }
 
+/// Length of an RX_TIME frame, type byte included.
+pub const RX_TIME_FRAME_LEN: usize = 1 + 2 + 8 + 8;
+
+/// Appends an RX_TIME frame (§3.6): packet `pn` of `link` arrived at `received_us` on this
+/// end's clock.
+pub fn emit_rx_time(out: &mut Vec<u8>, link: u16, pn: u64, received_us: u64) {
+    out.push(frame_type::RX_TIME);
+    out.extend_from_slice(&link.to_be_bytes());
+    out.extend_from_slice(&pn.to_be_bytes());
+    out.extend_from_slice(&received_us.to_be_bytes());
+}
+
 /// Iterator over the frames of a datagram, borrowing it. Yields each frame in order and
 /// stops after PADDING, at the end of the datagram, or after the first error.
 #[derive(Debug, Clone)]
@@ -675,6 +699,7 @@ impl<'a> Iterator for Frames<'a> {
             frame_type::LOSS_REPORT => LossReport::decode(&mut r).map(Frame::LossReport),
             frame_type::DATA => DataFrame::decode(&mut r).map(Frame::Data),
             frame_type::LINK_STATUS => decode_link_status(&mut r),
+            frame_type::RX_TIME => decode_rx_time(&mut r),
             other => Err(DecodeError::UnknownFrame(other)),
         };
         self.rest = if frame.is_ok() { r.rest() } else { &[] };
@@ -689,6 +714,18 @@ fn decode_link_status<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, DecodeError> 
     let link = r.u16()?;
     let state = LinkState::from_u8(r.u8()?).ok_or(DecodeError::Malformed)?;
     Ok(Frame::LinkStatus { link, state })
+}
+
+/// Decodes the body of an RX_TIME frame (after its type byte).
+fn decode_rx_time<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, DecodeError> {
+    let link = r.u16()?;
+    let pn = r.u64()?;
+    let received_us = r.u64()?;
+    Ok(Frame::RxTime {
+        link,
+        pn,
+        received_us,
+    })
 }
 
 /// Iterates over the frames in `payload_after_header` (the bytes after a datagram's
@@ -1195,12 +1232,35 @@ mod tests {
     fn unknown_frame_is_rejected_and_stops_iteration() {
         let d = datagram(|out| {
             emit_ping(out);
-            out.push(0x06);
+            out.push(0x07);
             emit_ping(out);
         });
         let (_, frames) = parse(&d).unwrap();
         let got: Vec<_> = frames.collect();
-        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x06))]);
+        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x07))]);
+    }
+
+    #[test]
+    fn rx_time_round_trips_and_is_not_ack_eliciting() {
+        let d = datagram(|out| emit_rx_time(out, 3, 0x0102_0304_0506_0708, 42_000_001));
+        assert_eq!(d.len(), HEADER_LEN + RX_TIME_FRAME_LEN);
+        let (_, mut frames) = parse(&d).unwrap();
+        let f = frames.next().unwrap().unwrap();
+        assert_eq!(
+            f,
+            Frame::RxTime {
+                link: 3,
+                pn: 0x0102_0304_0506_0708,
+                received_us: 42_000_001
+            }
+        );
+        assert!(!f.is_ack_eliciting());
+        assert!(frames.next().is_none());
+        // Cut short anywhere: truncated, never a panic.
+        for n in HEADER_LEN + 1..d.len() {
+            let (_, frames) = parse(&d[..n]).unwrap();
+            assert_eq!(frames.last(), Some(Err(DecodeError::Truncated)));
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@ use crate::world::{Mode, Outcome};
 pub struct LatencyReport {
     /// Median.
     pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
     /// 99th percentile.
     pub p99: f64,
     /// Maximum.
@@ -192,6 +194,7 @@ impl Report {
                 duplicates: r.duplicates,
                 latency_ms: LatencyReport {
                     p50: round3(r.latency_ms.p50),
+                    p95: round3(r.latency_ms.p95),
                     p99: round3(r.latency_ms.p99),
                     max: round3(r.latency_ms.max),
                 },
@@ -445,6 +448,10 @@ pub fn compare_table(reports: &[Report]) -> String {
         rows.push((
             format!("{n}: latency p50 ms"),
             col(&|r| format!("{:.2}", flow(r).latency_ms.p50)),
+        ));
+        rows.push((
+            format!("{n}: latency p95 ms"),
+            col(&|r| format!("{:.2}", flow(r).latency_ms.p95)),
         ));
         rows.push((
             format!("{n}: latency p99 ms"),

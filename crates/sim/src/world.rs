@@ -171,6 +171,16 @@ pub struct World {
     stalls: u64,
 }
 
+/// `LATEBIND_SIM_TRACE=MS`: every MS milliseconds of simulated time, both engines' link
+/// views (state, rate control's window, rate and queueing delay) go to stderr. A
+/// debugging aid: the report does not depend on it.
+fn trace_every() -> Option<u128> {
+    std::env::var("LATEBIND_SIM_TRACE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&ms| ms > 0)
+}
+
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))
 }
@@ -403,6 +413,30 @@ impl World {
             } else {
                 next.max(self.now)
             };
+            if let Some(every) = trace_every()
+                && t.as_millis() / every != self.now.as_millis() / every
+            {
+                for (n, e) in [("c", &self.client), ("s", &self.server)] {
+                    if let Some(e) = e {
+                        for v in e.link_views(now_i(t)) {
+                            eprintln!(
+                                "{:.3} {n} link {} {:?} cwnd {} rate {:.2} Mb/s queue {:?} \
+                                 competitive {} in flight {} srtt {:?} min {:?}",
+                                t.as_secs_f64(),
+                                v.id.0,
+                                v.state,
+                                v.cwnd,
+                                v.cc_rate * 8e-6,
+                                v.queue_delay,
+                                v.competitive,
+                                v.bytes_in_flight,
+                                v.srtt,
+                                v.min_rtt
+                            );
+                        }
+                    }
+                }
+            }
             self.now = t;
             self.step();
             self.steps += 1;

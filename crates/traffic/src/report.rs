@@ -10,6 +10,8 @@ use crate::cuts::CutStats;
 pub struct Latency {
     /// Median (nearest-rank).
     pub p50: f64,
+    /// 95th percentile (nearest-rank).
+    pub p95: f64,
     /// 99th percentile (nearest-rank).
     pub p99: f64,
     /// Largest sample.
@@ -26,6 +28,7 @@ impl Latency {
         sorted.sort_by(f64::total_cmp);
         Self {
             p50: nearest_rank(&sorted, 50.0),
+            p95: nearest_rank(&sorted, 95.0),
             p99: nearest_rank(&sorted, 99.0),
             max: sorted[sorted.len() - 1],
         }
@@ -108,6 +111,7 @@ mod tests {
             l,
             Latency {
                 p50: 2.0,
+                p95: 3.0,
                 p99: 3.0,
                 max: 3.0
             }
