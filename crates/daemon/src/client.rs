@@ -149,6 +149,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     let mut config = Config::new(Role::Client);
     config.session(session_id).budget_packets(c.budget_packets);
     (config.reinjection, config.rej_min) = cfg.reinjection;
+    (config.rate_control, config.rate_control_max_queue) = cfg.rate_control;
     cfg.policies.apply(&mut config);
     config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let mut engine = Endpoint::new(config, now()).map_err(|e| anyhow::anyhow!("engine: {e}"))?;

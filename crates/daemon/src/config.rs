@@ -90,6 +90,12 @@ pub struct ClientSection {
     pub reinjection: Option<String>,
     /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
     pub rej_min_ms: Option<f64>,
+    /// Per-link rate and delay control: each link is paced so that the queue at its
+    /// bottleneck (a modem, a base station) stays short. Default true.
+    pub rate_control: Option<bool>,
+    /// Longest queueing delay rate control keeps at a link's bottleneck, ms (it keeps
+    /// two packets on a steady link, more on one whose delivery pauses). Default 20.
+    pub rate_control_max_queue_ms: Option<f64>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -213,6 +219,12 @@ pub struct ServerSection {
     pub reinjection: Option<String>,
     /// Floor of the reinjection timer after the last acknowledgement, ms. Default 10.
     pub rej_min_ms: Option<f64>,
+    /// Per-link rate and delay control: each link is paced so that the queue at its
+    /// bottleneck (a modem, a base station) stays short. Default true.
+    pub rate_control: Option<bool>,
+    /// Longest queueing delay rate control keeps at a link's bottleneck, ms (it keeps
+    /// two packets on a steady link, more on one whose delivery pauses). Default 20.
+    pub rate_control_max_queue_ms: Option<f64>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -267,6 +279,8 @@ pub struct ClientConfig {
     pub control_socket: PathBuf,
     /// Reinjection timer and its floor.
     pub reinjection: (ReinjectTimer, Duration),
+    /// Rate control on, and its longest target queue.
+    pub rate_control: (bool, Duration),
     /// Binding policies.
     pub policies: Policies,
 }
@@ -286,6 +300,8 @@ pub struct ServerConfig {
     pub control_socket: PathBuf,
     /// Reinjection timer and its floor.
     pub reinjection: (ReinjectTimer, Duration),
+    /// Rate control on, and its longest target queue.
+    pub rate_control: (bool, Duration),
     /// Binding policies.
     pub policies: Policies,
 }
@@ -405,6 +421,29 @@ impl V<'_> {
         Ok((timer, floor))
     }
 
+    fn rate_control(
+        &self,
+        section: &str,
+        on: Option<bool>,
+        max_queue_ms: Option<f64>,
+    ) -> Result<(bool, Duration), ConfigError> {
+        let defaults = latebind_proto::Config::default();
+        let max_queue = match max_queue_ms {
+            Some(ms) if ms.is_finite() && (1.0..=1_000.0).contains(&ms) => {
+                Duration::from_secs_f64(ms / 1e3)
+            }
+            Some(ms) => {
+                return Err(self.err(
+                    format!("{section}.rate_control_max_queue_ms"),
+                    ms,
+                    "a time from 1 to 1000 ms",
+                ));
+            }
+            None => defaults.rate_control_max_queue,
+        };
+        Ok((on.unwrap_or(defaults.rate_control), max_queue))
+    }
+
     fn policies(
         &self,
         section: &str,
@@ -515,6 +554,7 @@ impl ClientConfig {
         v.ifname("client.tun", &c.tun)?;
         v.budget("client.budget_packets", c.budget_packets)?;
         let reinjection = v.reinjection("client", c.reinjection.as_ref(), c.rej_min_ms)?;
+        let rate_control = v.rate_control("client", c.rate_control, c.rate_control_max_queue_ms)?;
         let policies = v.policies(
             "client",
             c.policy.as_ref(),
@@ -554,6 +594,7 @@ impl ClientConfig {
             routes,
             control_socket,
             reinjection,
+            rate_control,
             policies,
             file,
         })
@@ -581,6 +622,7 @@ impl ServerConfig {
         v.ifname("server.tun", &s.tun)?;
         v.budget("server.budget_packets", s.budget_packets)?;
         let reinjection = v.reinjection("server", s.reinjection.as_ref(), s.rej_min_ms)?;
+        let rate_control = v.rate_control("server", s.rate_control, s.rate_control_max_queue_ms)?;
         let policies = v.policies(
             "server",
             s.policy.as_ref(),
@@ -630,6 +672,7 @@ impl ServerConfig {
             peers,
             control_socket,
             reinjection,
+            rate_control,
             policies,
             file,
         })

@@ -82,6 +82,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let max_mss = mtu.saturating_sub(40);
     let hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let reinjection = cfg.reinjection;
+    let rate_control = cfg.rate_control;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
     let mut tunbuf = vec![0u8; 65536];
@@ -196,6 +197,8 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                             .budget_packets(s.budget_packets);
                                         config.hash_seed = hash_seed;
                                         (config.reinjection, config.rej_min) = reinjection;
+                                        (config.rate_control, config.rate_control_max_queue) =
+                                            rate_control;
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)
                                             .expect("server engine config is validated");

@@ -32,6 +32,20 @@ pub struct LinkStatus {
     pub delivery_rate_mbps: f64,
     /// Ack-eliciting datagrams in flight.
     pub in_flight: usize,
+    /// Rate control: the link's estimated rate (its window over the standing RTT),
+    /// Mbit/s (0: rate control off).
+    #[serde(default)]
+    pub cc_rate_mbps: f64,
+    /// Rate control: the window, bytes.
+    #[serde(default)]
+    pub cwnd_bytes: usize,
+    /// Rate control: queueing delay at the link's bottleneck, ms.
+    #[serde(default)]
+    pub queue_delay_ms: f64,
+    /// Rate control: competing traffic keeps the bottleneck full, and the link competes
+    /// for its share instead of keeping the queue short.
+    #[serde(default)]
+    pub competitive: bool,
     /// Datagrams below the binding point (handed over, not yet departed).
     pub below_binding: usize,
     /// Datagrams sent.
@@ -208,6 +222,10 @@ impl SessionStatus {
                     tx_rate_mbps: mbps(v.tx_rate),
                     delivery_rate_mbps: mbps(v.delivery_rate),
                     in_flight: v.in_flight,
+                    cc_rate_mbps: mbps(v.cc_rate),
+                    cwnd_bytes: v.cwnd,
+                    queue_delay_ms: ms(v.queue_delay),
+                    competitive: v.competitive,
                     below_binding: v.below_binding,
                     datagrams_sent: ls.datagrams_sent,
                     datagrams_received: ls.datagrams_received,
@@ -295,7 +313,7 @@ impl Status {
             );
             let _ = writeln!(
                 s,
-                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>5} {:>9} {:>9} {:>6}",
+                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>5} {:>9} {:>9} {:>6}",
                 "link",
                 "id",
                 "state",
@@ -303,6 +321,8 @@ impl Status {
                 "min ms",
                 "tx Mb/s",
                 "dlv Mb/s",
+                "rate Mb/s",
+                "queue ms",
                 "inflt",
                 "below",
                 "sent",
@@ -312,14 +332,20 @@ impl Status {
             for l in &ses.links {
                 let _ = writeln!(
                     s,
-                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>6} {:>5} {:>9} {:>9} {:>6}",
+                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>6} {:>5} {:>9} {:>9} {:>6}",
                     l.name,
                     l.id,
-                    l.state,
+                    if l.competitive {
+                        "compete"
+                    } else {
+                        l.state.as_str()
+                    },
                     l.srtt_ms,
                     l.min_rtt_ms,
                     l.tx_rate_mbps,
                     l.delivery_rate_mbps,
+                    l.cc_rate_mbps,
+                    l.queue_delay_ms,
                     l.in_flight,
                     l.below_binding,
                     l.datagrams_sent,
@@ -414,6 +440,18 @@ impl Status {
                 let _ = writeln!(s, "latebind_link_min_rtt_ms{{{lp}}} {}", l.min_rtt_ms);
                 let _ = writeln!(s, "latebind_link_tx_rate_mbps{{{lp}}} {}", l.tx_rate_mbps);
                 let _ = writeln!(s, "latebind_link_in_flight{{{lp}}} {}", l.in_flight);
+                let _ = writeln!(s, "latebind_link_rate_mbps{{{lp}}} {}", l.cc_rate_mbps);
+                let _ = writeln!(s, "latebind_link_cwnd_bytes{{{lp}}} {}", l.cwnd_bytes);
+                let _ = writeln!(
+                    s,
+                    "latebind_link_queue_delay_ms{{{lp}}} {}",
+                    l.queue_delay_ms
+                );
+                let _ = writeln!(
+                    s,
+                    "latebind_link_competitive{{{lp}}} {}",
+                    u8::from(l.competitive)
+                );
                 let _ = writeln!(s, "latebind_link_below_binding{{{lp}}} {}", l.below_binding);
                 let _ = writeln!(
                     s,

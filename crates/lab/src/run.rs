@@ -218,6 +218,20 @@ pub fn run_with(
     if mode == LabMode::Mptcp {
         mptcp::check_flows(scenario)?;
     }
+    if let Some((i, f)) = scenario
+        .spec
+        .flows
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.via_link.is_some())
+    {
+        bail!(
+            "{}: flows[{i}].via_link (flow {:?}): flows outside the tunnel run only in the \
+             simulator for now; remove the key to run this scenario in the lab",
+            scenario.path.display(),
+            f.name
+        );
+    }
     require_root()?;
     if !exe.exists() {
         bail!("helper binary {} does not exist", exe.display());
@@ -381,6 +395,7 @@ fn run_mode(
         .links
         .iter()
         .map(|l| match mode {
+            _ if l.uplink_bottleneck == "network" => l.queue_packets.max(1),
             LabMode::Late => l.queue_packets.max(1),
             LabMode::Early | LabMode::Mptcp => early_fifo,
         })
@@ -446,6 +461,14 @@ fn run_mode(
     // The client's FIFOs.
     let mut tc = Vec::new();
     for (l, (up, _)) in links.iter().zip(&rates) {
+        if spec.links[l.index].uplink_bottleneck == "network" {
+            notes.push(format!(
+                "link {}: the uplink's bottleneck is in the network: the emulator's uplink \
+                 model holds its {}-packet FIFO, and the client's interface is not shaped",
+                spec.links[l.index].name, fifo[l.index]
+            ));
+            continue;
+        }
         let Some(bps) = htb_rate(up) else {
             notes.push(format!(
                 "link {}: uplink follows a trace; htb cannot shape it, so the emulator's \
@@ -493,7 +516,11 @@ fn run_mode(
         .iter()
         .map(|l| nl_server.ifindex(&l.server_if))
         .collect::<std::io::Result<_>>()?;
-    let shaped: Vec<bool> = rates.iter().map(|(up, _)| htb_rate(up).is_some()).collect();
+    let shaped: Vec<bool> = rates
+        .iter()
+        .zip(&spec.links)
+        .map(|((up, _), l)| htb_rate(up).is_some() && l.uplink_bottleneck != "network")
+        .collect();
 
     // Times. Mode late starts the daemons and lets them handshake before time 0.
     let duration_s = spec.scenario.duration_s;
@@ -1041,6 +1068,9 @@ fn run_mode(
                 max_queue_below_binding: max_below,
                 reinjected_from: reinjected,
                 data_sent,
+                // Sampled in the simulator only; the daemons show it live in
+                // `latebind status`.
+                rate_control: None,
             }
         })
         .collect();

@@ -75,6 +75,23 @@ pub struct LinkReport {
     /// Inner packets bound to this link (mode late, both ends; reinjections and redundant
     /// copies included; 0 in mode early).
     pub data_sent: u64,
+    /// Rate control of the uplink (the client's engine) and the downlink (the server's),
+    /// sampled every 10 ms while the link was up (mode late; absent when off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_control: Option<[CcReport; 2]>,
+}
+
+/// One direction's rate control over the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CcReport {
+    /// Mean estimated rate (window over standing RTT), Mbit/s.
+    pub mean_rate_mbps: f64,
+    /// Mean queueing delay at the bottleneck, ms.
+    pub mean_queue_ms: f64,
+    /// Largest queueing delay sampled, ms.
+    pub max_queue_ms: f64,
+    /// Share of the samples in competitive mode, percent.
+    pub competitive_pct: f64,
 }
 
 /// Totals.
@@ -224,6 +241,17 @@ impl Report {
                 reinjected_from: engine_sum(&|e| {
                     e.link_stats(latebind_proto::LinkId(i as u16))
                         .map_or(0, |s| s.reinjected)
+                }),
+                rate_control: (t.rate_control.iter().any(|c| c.samples > 0)).then(|| {
+                    t.rate_control.clone().map(|c| {
+                        let n = c.samples.max(1) as f64;
+                        CcReport {
+                            mean_rate_mbps: round3(c.rate_sum / n * 8e-6),
+                            mean_queue_ms: round3(c.queue_sum / n * 1e3),
+                            max_queue_ms: round3(c.queue_max * 1e3),
+                            competitive_pct: round3(c.competitive as f64 / n * 100.0),
+                        }
+                    })
                 }),
                 data_sent: engine_sum(&|e| {
                     e.link_stats(latebind_proto::LinkId(i as u16))

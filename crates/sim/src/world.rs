@@ -98,7 +98,28 @@ pub struct LinkTally {
     /// serialized): what is below the binding point in mode late, the qdisc and driver
     /// FIFO in mode early.
     pub max_queue_below_binding: usize,
+    /// Rate control, sampled every [`CC_SAMPLE`] while the link was up: the client's
+    /// engine (uplink) and the server's (downlink).
+    pub rate_control: [CcTally; 2],
 }
+
+/// Rate control of one link at one end, sampled over the run.
+#[derive(Clone, Debug, Default)]
+pub struct CcTally {
+    /// Samples taken.
+    pub samples: u64,
+    /// Sum of the estimated rate, bytes per second.
+    pub rate_sum: f64,
+    /// Sum of the queueing delay, seconds.
+    pub queue_sum: f64,
+    /// Largest queueing delay sampled, seconds.
+    pub queue_max: f64,
+    /// Samples in competitive mode.
+    pub competitive: u64,
+}
+
+/// How often the rate-control state is sampled for the report.
+pub const CC_SAMPLE: Duration = Duration::from_millis(10);
 
 /// A finished run, ready for the report.
 pub struct Outcome {
@@ -413,6 +434,9 @@ impl World {
             } else {
                 next.max(self.now)
             };
+            if t.as_nanos() / CC_SAMPLE.as_nanos() != self.now.as_nanos() / CC_SAMPLE.as_nanos() {
+                self.sample_rate_control(t);
+            }
             if let Some(every) = trace_every()
                 && t.as_millis() / every != self.now.as_millis() / every
             {
@@ -481,6 +505,28 @@ impl World {
             consider(e.poll_timeout().map(|t| t.as_duration()));
         }
         next
+    }
+
+    /// Adds one sample of every link's rate-control state to the tallies.
+    fn sample_rate_control(&mut self, t: Duration) {
+        for (side, e) in [&self.client, &self.server].into_iter().enumerate() {
+            let Some(e) = e else { continue };
+            for v in e.link_views(now_i(t)) {
+                let Some(l) = self.links.get_mut(usize::from(v.id.0)) else {
+                    continue;
+                };
+                if v.cwnd == 0 || v.state != latebind_proto::LinkState::Up {
+                    continue;
+                }
+                let c = &mut l.tally.rate_control[side];
+                let q = v.queue_delay.as_secs_f64();
+                c.samples += 1;
+                c.rate_sum += v.cc_rate;
+                c.queue_sum += q;
+                c.queue_max = c.queue_max.max(q);
+                c.competitive += u64::from(v.competitive);
+            }
+        }
     }
 
     /// Lets every component act at `self.now` until nothing more happens.
