@@ -38,6 +38,9 @@ enum Command {
     /// The lab's link emulator (started by `lab` inside its emulator namespace).
     #[command(hide = true)]
     Emulate(latebind_lab::emu::EmulateArgs),
+    /// Send-time accuracy: the pre-dispatch sender against the sequential one, measured
+    /// by a capture on the far side of a veth (needs root).
+    DispatchBench(latebind_lab::cli::DispatchBenchArgs),
     /// Run the client daemon (the multi-homed host).
     Client {
         /// Configuration file (see examples/client.toml).
@@ -117,6 +120,7 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Command::Traffic(cmd) => latebind_lab::cli::traffic(&cmd),
         Command::Emulate(args) => latebind_lab::cli::emulate(&args),
+        Command::DispatchBench(args) => latebind_lab::cli::dispatch_bench(&args),
         Command::Client { config, routes } => {
             init_logging();
             let cfg = latebind_daemon::config::ClientConfig::load(&config)?;

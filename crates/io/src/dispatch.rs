@@ -82,6 +82,9 @@ pub struct DispatchStats {
     /// Per datagram sent, in send order: the send call's time minus the slot, ns
     /// (negative never happens; a datagram submitted late counts its whole delay).
     pub lateness_ns: Vec<u64>,
+    /// Batches whose slot had already passed when the thread first looked at them
+    /// (submitted too late, or the thread was busy or descheduled).
+    pub taken_late: u64,
     /// Wake-ups from a sleep, and how late they were, ns.
     pub wake_lateness_ns: Vec<u64>,
     /// CPU time of the sending thread, ns.
@@ -134,6 +137,14 @@ impl SpinMargin {
     /// A wake-up came `late_ns` after the time asked for.
     pub fn on_wake(&mut self, late_ns: u64) {
         self.peak_ns = (self.peak_ns * Self::DECAY).max(late_ns as f64);
+    }
+
+    /// A batch left without a sleep before it (datagrams came closer to their slot
+    /// than the margin): decay all the same, or a margin larger than the lead the
+    /// producers give would never sleep again, never measure a wake-up, and spin for
+    /// ever.
+    pub fn on_send_without_sleep(&mut self) {
+        self.peak_ns *= Self::DECAY;
     }
 }
 
@@ -291,6 +302,7 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
     let mut queue = SlotQueue::default();
     let mut batch = Vec::with_capacity(BATCH);
     let mut open = true;
+    let mut slept = false;
     loop {
         // Take whatever was submitted meanwhile.
         while let Ok((at, d)) = rx.try_recv() {
@@ -322,6 +334,7 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
                     let late = monotonic_ns().saturating_sub(wake);
                     margin.on_wake(late);
                     stats.wake_lateness_ns.push(late);
+                    slept = true;
                 }
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
@@ -332,6 +345,12 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
         }
         while let Ok((at, d)) = rx.try_recv() {
             queue.push(at, d);
+        }
+        if !std::mem::take(&mut slept) {
+            margin.on_send_without_sleep();
+        }
+        if now > first {
+            stats.taken_late += 1;
         }
         queue.take_batch(coalesce, BATCH, &mut batch);
         send_batch(socket.as_fd(), &batch, &mut stats);
@@ -566,6 +585,15 @@ mod tests {
             m.on_wake(0);
         }
         assert!(m.margin_ns() < 2_000_000);
+    }
+
+    #[test]
+    fn margin_above_the_producers_lead_decays_without_wakeups() {
+        let mut m = SpinMargin::new(30_000, 2_000_000);
+        for _ in 0..1000 {
+            m.on_send_without_sleep();
+        }
+        assert!(m.margin_ns() < 100_000, "{}", m.margin_ns());
     }
 
     #[test]

@@ -239,3 +239,107 @@ pub fn emulate(args: &EmulateArgs) -> Result<()> {
 pub fn traffic(cmd: &TrafficCmd) -> Result<()> {
     crate::traffic::traffic_main(cmd).context("traffic")
 }
+
+/// `dispatch-bench`: send-time accuracy, pre-dispatch sender against sequential.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DispatchBenchArgs {
+    /// IP packet sizes, bytes (36 to 1500), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "40,200,500,1000,1500", value_parser = parse_size)]
+    pub sizes: Vec<usize>,
+    /// Expected inter-departure times, µs, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000,100000", value_parser = parse_spacing)]
+    pub spacings_us: Vec<u64>,
+    /// Competing CPU load: idle, busy (one busy-loop thread per CPU), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "idle,busy", value_parser = parse_load)]
+    pub load: Vec<crate::dispatch_bench::Load>,
+    /// Pre-dispatching period φ, µs: the producer hands each datagram to the
+    /// dispatcher this long before its slot.
+    #[arg(long, default_value_t = 1000)]
+    pub phi_us: u64,
+    /// Each train lasts about this long, s (at least 21, at most 3000 packets).
+    #[arg(long, default_value_t = 0.3)]
+    pub train_s: f64,
+    /// Packet pairs per sender and size (0: none).
+    #[arg(long, default_value_t = 200)]
+    pub pairs: usize,
+    /// The dispatcher's smallest spin before a slot, µs.
+    #[arg(long, default_value_t = 30)]
+    pub margin_min_us: u64,
+    /// The dispatcher's largest spin before a slot, µs.
+    #[arg(long, default_value_t = 2000)]
+    pub margin_max_us: u64,
+    /// Do not hold the CPU wake-up latency request in the dispatcher.
+    #[arg(long)]
+    pub no_latency_qos: bool,
+    /// Run both senders in SCHED_FIFO at this priority (the sequential sender's thread,
+    /// the dispatcher's thread and its producer).
+    #[arg(long)]
+    pub rt_priority: Option<i32>,
+    /// Print the JSON report instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (36..=1500).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?}: expected an IP packet size in bytes from 36 to 1500"
+        )),
+    }
+}
+
+fn parse_spacing(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected microseconds from 1 to 10000000")),
+    }
+}
+
+fn parse_load(s: &str) -> Result<crate::dispatch_bench::Load, String> {
+    match s.trim() {
+        "idle" => Ok(crate::dispatch_bench::Load::Idle),
+        "busy" => Ok(crate::dispatch_bench::Load::Busy),
+        _ => Err(format!("{s:?}: expected idle or busy")),
+    }
+}
+
+/// Runs `dispatch-bench` and prints its tables (or JSON).
+pub fn dispatch_bench(args: &DispatchBenchArgs) -> Result<()> {
+    use crate::dispatch_bench::{self as bench, BenchOptions};
+    use std::time::Duration;
+    if !(args.train_s > 0.0 && args.train_s <= 60.0) {
+        anyhow::bail!("--train-s {}: expected seconds in (0, 60]", args.train_s);
+    }
+    if args.margin_min_us > args.margin_max_us {
+        anyhow::bail!(
+            "--margin-min-us {} is above --margin-max-us {}: expected min <= max",
+            args.margin_min_us,
+            args.margin_max_us
+        );
+    }
+    let opts = BenchOptions {
+        sizes: args.sizes.clone(),
+        spacings_us: args.spacings_us.clone(),
+        loads: args.load.clone(),
+        phi_us: args.phi_us,
+        train_s: args.train_s,
+        pairs: args.pairs,
+        dispatch: latebind_io::dispatch::DispatchConfig {
+            margin_min: Duration::from_micros(args.margin_min_us),
+            margin_max: Duration::from_micros(args.margin_max_us),
+            cpu_latency_qos: !args.no_latency_qos,
+            rt_priority: args.rt_priority,
+            ..Default::default()
+        },
+        ..BenchOptions::default()
+    };
+    bench::validate(&opts)?;
+    let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", bench::table(&report));
+    }
+    Ok(())
+}

@@ -14,6 +14,10 @@
 //!   mptcp's path manager and policy routing.
 //! - [`cli`]: clap argument structs for the `lab`, `emulate` and `traffic` subcommands,
 //!   ready to be embedded in a binary.
+//! - [`capture`]: departure times that do not trust the sender: `AF_PACKET` with
+//!   kernel receive timestamps on the far end of a veth, inter-departure errors.
+//! - [`dispatch_bench`]: `dispatch-bench`, the pre-dispatch sender against the
+//!   sequential one (the send-time accuracy paper's table 4 grid, packet pairs).
 //! - [`netlink`], [`stats`], [`sys`]: rtnetlink for timed interface and route changes,
 //!   percentiles, system-call wrappers.
 //!
@@ -24,7 +28,9 @@
 
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod cli;
+pub mod dispatch_bench;
 pub mod emu;
 pub mod late;
 pub mod mptcp;
