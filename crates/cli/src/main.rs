@@ -41,6 +41,9 @@ enum Command {
     /// Send-time accuracy: the pre-dispatch sender against the sequential one, measured
     /// by a capture on the far side of a veth (needs root).
     DispatchBench(latebind_lab::cli::DispatchBenchArgs),
+    /// Capacity and available bandwidth of a link: packet pairs and trains to a
+    /// `probe --listen` responder, timed by the responder's kernel.
+    Probe(latebind_lab::cli::ProbeArgs),
     /// Run the client daemon (the multi-homed host).
     Client {
         /// Configuration file (see examples/client.toml).
@@ -121,6 +124,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Traffic(cmd) => latebind_lab::cli::traffic(&cmd),
         Command::Emulate(args) => latebind_lab::cli::emulate(&args),
         Command::DispatchBench(args) => latebind_lab::cli::dispatch_bench(&args),
+        Command::Probe(args) => latebind_lab::cli::probe(
+            &args,
+            &std::env::current_exe().context("locating the latebind binary")?,
+        ),
         Command::Client { config, routes } => {
             init_logging();
             let cfg = latebind_daemon::config::ClientConfig::load(&config)?;

@@ -343,3 +343,134 @@ pub fn dispatch_bench(args: &DispatchBenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// `probe`: capacity and available bandwidth of a link.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The responder (`latebind probe --listen` on the far side), IP:PORT.
+    pub peer: Option<std::net::SocketAddr>,
+    /// Be the responder: record the kernel receive time of every probe on this
+    /// address (IP:PORT) and answer report requests.
+    #[arg(long, conflicts_with_all = ["peer", "eval"])]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Local address to send from (e.g. one link's address), IP or IP:PORT.
+    #[arg(long, value_parser = parse_bind)]
+    pub bind: Option<std::net::SocketAddr>,
+    /// IP packet size of the probes, bytes.
+    #[arg(long, default_value_t = 1500)]
+    pub size: usize,
+    /// Packet pairs.
+    #[arg(long, default_value_t = 60)]
+    pub pairs: usize,
+    /// Datagrams in the back-to-back train.
+    #[arg(long, default_value_t = 100)]
+    pub train: usize,
+    /// Skip the rate trains (no available-bandwidth estimate).
+    #[arg(long)]
+    pub no_rate_trains: bool,
+    /// Evaluate on emulated links of known rate in network namespaces (needs root):
+    /// one link per --rates value and per --trace.
+    #[arg(long, conflicts_with = "peer")]
+    pub eval: bool,
+    /// --eval: fixed link rates, Mb/s, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "5,20,100", value_parser = parse_rate_mbps)]
+    pub rates: Vec<f64>,
+    /// --eval: a mahimahi trace for one more link (repeatable).
+    #[arg(long)]
+    pub trace: Vec<PathBuf>,
+    /// Run the sending thread in SCHED_FIFO at this priority (--eval: default 50, and
+    /// the emulator at 60).
+    #[arg(long)]
+    pub rt_priority: Option<i32>,
+    /// Responder: exit after answering this many report requests.
+    #[arg(long, hide = true)]
+    pub max_reports: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_bind(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .map_err(|_| format!("{s:?}: expected an IP address or IP:PORT"))
+}
+
+fn parse_rate_mbps(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 10_000.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?}: expected a rate in Mb/s above 0, at most 10000"
+        )),
+    }
+}
+
+/// Runs `probe` (prober, responder or evaluation).
+pub fn probe(args: &ProbeArgs, exe: &Path) -> Result<()> {
+    use crate::probe::{self as p, ProbeOptions};
+    if !(p::MIN_SIZE..=1500).contains(&args.size) {
+        anyhow::bail!(
+            "--size {}: expected {} to 1500 bytes",
+            args.size,
+            p::MIN_SIZE
+        );
+    }
+    if args.pairs == 0 && args.train < 2 {
+        anyhow::bail!(
+            "--pairs 0 and --train {}: expected some pairs or a train of at least 2",
+            args.train
+        );
+    }
+    if let Some(addr) = args.listen {
+        return p::listen(addr, args.max_reports);
+    }
+    let mut opts = ProbeOptions {
+        size: args.size,
+        pairs: args.pairs,
+        train: args.train,
+        rate_fractions: if args.no_rate_trains {
+            Vec::new()
+        } else {
+            ProbeOptions::default().rate_fractions
+        },
+        ..ProbeOptions::default()
+    };
+    opts.dispatch.rt_priority = args.rt_priority;
+    if args.eval {
+        opts.dispatch.rt_priority = Some(args.rt_priority.unwrap_or(50));
+        let rows = p::evaluate(
+            exe,
+            &p::EvalOptions {
+                rates_bps: args.rates.iter().map(|r| r * 1e6).collect(),
+                traces: args.trace.clone(),
+                probe: opts,
+            },
+        )?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", p::eval_table(&rows));
+        }
+        return Ok(());
+    }
+    let Some(peer) = args.peer else {
+        anyhow::bail!("no peer: give the responder's IP:PORT, or --listen, or --eval");
+    };
+    let bind = args.bind.unwrap_or_else(|| {
+        if peer.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal address")
+        } else {
+            "[::]:0".parse().expect("literal address")
+        }
+    });
+    let report = p::probe(bind, peer, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}

@@ -18,6 +18,9 @@
 //!   kernel receive timestamps on the far end of a veth, inter-departure errors.
 //! - [`dispatch_bench`]: `dispatch-bench`, the pre-dispatch sender against the
 //!   sequential one (the send-time accuracy paper's table 4 grid, packet pairs).
+//! - [`probe`]: `probe`: packet pairs and trains to a responder that keeps kernel
+//!   receive times; capacity and available bandwidth; their evaluation on emulated
+//!   links of known rate.
 //! - [`netlink`], [`stats`], [`sys`]: rtnetlink for timed interface and route changes,
 //!   percentiles, system-call wrappers.
 //!
@@ -36,6 +39,7 @@ pub mod late;
 pub mod mptcp;
 pub mod netlink;
 pub mod netns;
+pub mod probe;
 pub mod run;
 pub mod stats;
 pub mod sys;
