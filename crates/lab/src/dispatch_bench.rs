@@ -292,6 +292,19 @@ fn send_with(
     slots: &[u64],
     payloads: Vec<Vec<u8>>,
 ) -> Result<DispatchStats> {
+    send_with_config(socket, sender, &opts.dispatch, opts.phi_us, slots, payloads)
+}
+
+/// Sends `payloads[i]` at `slots[i]` on `socket` with `sender` (the dispatcher with
+/// `dispatch`, its producer handing each datagram over `phi_us` ahead).
+pub(crate) fn send_with_config(
+    socket: &OwnedFd,
+    sender: SenderKind,
+    dispatch: &DispatchConfig,
+    phi_us: u64,
+    slots: &[u64],
+    payloads: Vec<Vec<u8>>,
+) -> Result<DispatchStats> {
     match sender {
         SenderKind::Sequential => Ok(dispatch::send_sequential(
             socket.as_fd(),
@@ -302,12 +315,11 @@ fn send_with(
         )),
         SenderKind::Dispatch => {
             let fd = socket.try_clone().context("duplicating the socket")?;
-            let d =
-                Dispatcher::start(fd, opts.dispatch.clone()).context("starting the dispatcher")?;
+            let d = Dispatcher::start(fd, dispatch.clone()).context("starting the dispatcher")?;
             // The producer: each datagram handed over φ before its slot (OFR).
             // Sleeps only when the next hand-over is more than 20 µs away (a sleep
             // costs more than that), then hands over everything due.
-            let phi = opts.phi_us * 1_000;
+            let phi = phi_us * 1_000;
             for (at, p) in slots.iter().zip(payloads) {
                 let due = at.saturating_sub(phi);
                 if due > sys::mono_ns() + 20_000 {

@@ -21,6 +21,8 @@
 //! - [`probe`]: `probe`: packet pairs and trains to a responder that keeps kernel
 //!   receive times; capacity and available bandwidth; their evaluation on emulated
 //!   links of known rate.
+//! - [`replay`]: `replay`: a pcap's packets re-sent with their original spacing, and
+//!   the timing error measured on the far side of a veth.
 //! - [`netlink`], [`stats`], [`sys`]: rtnetlink for timed interface and route changes,
 //!   percentiles, system-call wrappers.
 //!
@@ -40,6 +42,7 @@ pub mod mptcp;
 pub mod netlink;
 pub mod netns;
 pub mod probe;
+pub mod replay;
 pub mod run;
 pub mod stats;
 pub mod sys;
