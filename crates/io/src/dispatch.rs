@@ -82,6 +82,9 @@ pub struct DispatchStats {
     /// Per datagram sent, in send order: the send call's time minus the slot, ns
     /// (negative never happens; a datagram submitted late counts its whole delay).
     pub lateness_ns: Vec<u64>,
+    /// Datagrams whose slot had already passed when the thread received them (the
+    /// producer handed them over too late).
+    pub submitted_late: u64,
     /// Batches whose slot had already passed when the thread first looked at them
     /// (submitted too late, or the thread was busy or descheduled).
     pub taken_late: u64,
@@ -306,14 +309,14 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
     loop {
         // Take whatever was submitted meanwhile.
         while let Ok((at, d)) = rx.try_recv() {
-            queue.push(at, d);
+            accept(&mut queue, &mut stats, at, d);
         }
         let Some(first) = queue.first() else {
             if !open {
                 break;
             }
             match rx.recv() {
-                Ok((at, d)) => queue.push(at, d),
+                Ok((at, d)) => accept(&mut queue, &mut stats, at, d),
                 Err(_) => open = false,
             }
             continue;
@@ -329,7 +332,7 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
                 Err(RecvTimeoutError::Timeout)
             };
             match got {
-                Ok((at, d)) => queue.push(at, d),
+                Ok((at, d)) => accept(&mut queue, &mut stats, at, d),
                 Err(RecvTimeoutError::Timeout) => {
                     let late = monotonic_ns().saturating_sub(wake);
                     margin.on_wake(late);
@@ -344,7 +347,7 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
             std::hint::spin_loop();
         }
         while let Ok((at, d)) = rx.try_recv() {
-            queue.push(at, d);
+            accept(&mut queue, &mut stats, at, d);
         }
         if !std::mem::take(&mut slept) {
             margin.on_send_without_sleep();
@@ -359,6 +362,14 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
     stats.cpu_ns = thread_cpu_ns().saturating_sub(start_cpu);
     stats.wall_ns = monotonic_ns().saturating_sub(start_wall);
     stats
+}
+
+/// Queues a submitted datagram, counting it if its slot has already passed.
+fn accept(queue: &mut SlotQueue, stats: &mut DispatchStats, at: u64, d: Vec<u8>) {
+    if monotonic_ns() > at {
+        stats.submitted_late += 1;
+    }
+    queue.push(at, d);
 }
 
 /// Sends `batch` with `sendmmsg` (the rest again after a partial send), recording

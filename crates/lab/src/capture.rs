@@ -13,7 +13,7 @@
 //! ```text
 //!  1. Capture::start(ns, ifname, port): a thread joins `ns`, binds a packet socket to
 //!     `ifname` (and a UDP socket to `port`, so the kernel answers no ICMP unreachable)
-//!  2. it reads frames (poll, 10 ms) until stop() and nothing is pending; each frame:
+//!  2. it reads frames (every 10 ms, in bursts) until stop() and nothing is pending; each frame:
 //!     kernel timestamp, IPv4 UDP to `port`? keep (timestamp, IP length, tag)
 //!  3. stop() returns the arrivals in arrival order; idt_errors() compares them
 //!     with the slots the sender was given
@@ -154,6 +154,9 @@ impl Capture {
         let thread = std::thread::Builder::new()
             .name("capture".into())
             .spawn(move || {
+                // Threads inherit their creator's policy: the capture is not to run
+                // in real time beside a real-time sender.
+                let _ = sys::set_scheduler(libc::SCHED_OTHER, 0);
                 let opened = (|| -> io::Result<(OwnedFd, OwnedFd)> {
                     if let Some(ns) = &ns_owned {
                         sys::enter_netns(ns)?;
@@ -307,7 +310,10 @@ fn read_loop(
         if stopping && !got {
             break;
         }
-        sys::poll_in(fd.as_raw_fd(), 10)?;
+        // Read in bursts every 10 ms rather than waking per frame: the capture must
+        // not compete for the CPUs with the sender it measures (the timestamps are the
+        // kernel's, taken when the frames arrive; the socket buffer holds the burst).
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     out.kernel_drops = drops(fd.as_raw_fd());
     Ok(out)

@@ -153,6 +153,8 @@ pub struct Cell {
     pub cpu_pct: f64,
     /// Dispatcher: batches it first saw after their slot (0 for the sequential sender).
     pub taken_late: u64,
+    /// Dispatcher: datagrams its producer handed over after their slot.
+    pub submitted_late: u64,
 }
 
 /// Packet-pair gaps of one sender and size.
@@ -389,6 +391,7 @@ fn train(
         sender_late_p99_us: summary_us(&late).2,
         cpu_pct: 100.0 * stats.cpu_fraction(),
         taken_late: stats.taken_late,
+        submitted_late: stats.submitted_late,
     })
 }
 
@@ -459,6 +462,9 @@ impl Burner {
             .map(|_| {
                 let stop = stop.clone();
                 std::thread::spawn(move || {
+                    // Threads inherit the creator's policy: under --rt-priority the
+                    // load must still be ordinary work, not real-time spinners.
+                    let _ = sys::set_scheduler(libc::SCHED_OTHER, 0);
                     let mut x = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         for _ in 0..10_000 {
