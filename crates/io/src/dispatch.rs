@@ -420,7 +420,8 @@ fn send_batch(fd: BorrowedFd<'_>, batch: &[(u64, Vec<u8>)], stats: &mut Dispatch
 }
 
 /// The sequential sender (the paper's RSM): for each datagram in order,
-/// `clock_nanosleep` (absolute, timer slack 1 ns) to its slot, then `send` on the
+/// `clock_nanosleep` (absolute, timer slack 1 ns) to its slot if it is still ahead,
+/// then `send` on the
 /// connected `socket`. Runs on the calling thread; sets its timer slack to 1 ns.
 pub fn send_sequential<'a, I>(socket: BorrowedFd<'_>, datagrams: I) -> DispatchStats
 where
@@ -431,7 +432,10 @@ where
     let start_cpu = thread_cpu_ns();
     let mut stats = DispatchStats::default();
     for (at, d) in datagrams {
-        sleep_until(at);
+        // Sleep only for a slot still ahead (the second of a pair goes at once).
+        if monotonic_ns() < at {
+            sleep_until(at);
+        }
         let now = monotonic_ns();
         // SAFETY: sends `d.len()` bytes from a valid buffer.
         let n = unsafe {

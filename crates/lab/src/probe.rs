@@ -135,6 +135,16 @@ pub fn decode_report(d: &[u8]) -> Option<(u32, u32, u32, Vec<Record>)> {
 /// Capacity (bit/s) from packet pairs: `size` bytes over the median dispersion of the
 /// pairs of [`TRAIN_PAIRS`] received whole (pair `k` is seq `2k`, `2k + 1`).
 pub fn capacity_from_pairs(records: &[Record], size: usize) -> Option<f64> {
+    let disp = pair_dispersions(records);
+    if disp.is_empty() {
+        return None;
+    }
+    let median = crate::stats::nearest_rank(&disp, 50.0);
+    Some(size as f64 * 8.0 / (median / 1e9))
+}
+
+/// Dispersions (ns, ascending) of the pairs of [`TRAIN_PAIRS`] received whole.
+pub fn pair_dispersions(records: &[Record]) -> Vec<f64> {
     let mut firsts = BTreeMap::new();
     let mut disp = Vec::new();
     for r in records.iter().filter(|r| r.train == TRAIN_PAIRS) {
@@ -150,12 +160,8 @@ pub fn capacity_from_pairs(records: &[Record], size: usize) -> Option<f64> {
             disp.push((r.ts_ns - t0) as f64);
         }
     }
-    if disp.is_empty() {
-        return None;
-    }
     disp.sort_by(f64::total_cmp);
-    let median = crate::stats::nearest_rank(&disp, 50.0);
-    Some(size as f64 * 8.0 / (median / 1e9))
+    disp
 }
 
 /// Output rate (bit/s) of one train: the datagrams received after the first, over the
@@ -233,6 +239,8 @@ pub struct ProbeReport {
     pub pairs_sent: usize,
     /// Capacity from the pairs, bit/s.
     pub capacity_pairs_bps: Option<f64>,
+    /// Pair dispersions, µs: 10th, 50th and 90th percentiles.
+    pub pair_dispersion_us: [f64; 3],
     /// Output rate of the back-to-back train, bit/s.
     pub capacity_train_bps: Option<f64>,
     /// Rate trains: input rate and output rate, bit/s.
@@ -276,6 +284,9 @@ pub fn probe(bind: SocketAddr, peer: SocketAddr, opts: &ProbeOptions) -> Result<
     report.sent = stats.sent as usize;
     let records = fetch_report(&sock, session, report.sent)?;
     report.capacity_pairs_bps = capacity_from_pairs(&records, opts.size);
+    let disp = pair_dispersions(&records);
+    report.pair_dispersion_us =
+        [10.0, 50.0, 90.0].map(|p| crate::stats::nearest_rank(&disp, p) / 1e3);
     report.capacity_train_bps = train_rate(&records, TRAIN_BURST, opts.size);
     let mut all = records;
     // 3: rate trains around the capacity (a new session: its own report).
