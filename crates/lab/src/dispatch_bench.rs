@@ -155,6 +155,9 @@ pub struct Cell {
     pub taken_late: u64,
     /// Dispatcher: datagrams its producer handed over after their slot.
     pub submitted_late: u64,
+    /// Dispatcher: p99 of how late its wake-ups from sleep were, µs (what sets the
+    /// spin margin).
+    pub wake_late_p99_us: f64,
 }
 
 /// Packet-pair gaps of one sender and size.
@@ -392,6 +395,7 @@ fn train(
         cpu_pct: 100.0 * stats.cpu_fraction(),
         taken_late: stats.taken_late,
         submitted_late: stats.submitted_late,
+        wake_late_p99_us: summary_us(&stats.wake_lateness_ns).2,
     })
 }
 
