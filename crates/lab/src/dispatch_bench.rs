@@ -364,6 +364,12 @@ fn train(
             captured.kernel_drops
         ));
     }
+    if stats.early > 0 {
+        notes.push(format!(
+            "run {run_id}: {} datagrams left before their slot",
+            stats.early
+        ));
+    }
     if stats.send_errors > 0 {
         notes.push(format!(
             "run {run_id}: {} send errors ({})",
