@@ -50,7 +50,9 @@ pub struct DispatchConfig {
     /// instead of up to a millisecond (needs root; ignored when it cannot be opened).
     pub cpu_latency_qos: bool,
     /// Run the thread in `SCHED_FIFO` at this priority (needs root or CAP_SYS_NICE;
-    /// an error from `start` otherwise).
+    /// an error from `start` otherwise). Without it, on a machine with CPU-bound work,
+    /// the spinning thread uses up its fair share and loses the CPU for whole time
+    /// slices: milliseconds late, worse than a sequential sender (docs/RESULTS.md 9.1).
     pub rt_priority: Option<i32>,
 }
 

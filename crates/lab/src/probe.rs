@@ -531,6 +531,7 @@ pub fn evaluate(exe: &std::path::Path, opts: &EvalOptions) -> Result<Vec<EvalRow
     let mut topo = Topology::create(n).context("building the probe evaluation's namespaces")?;
     let dir = std::env::temp_dir().join(format!("latebind-probe-eval-{}", topo.id));
     std::fs::create_dir_all(&dir)?;
+    let _remove_dir = RemoveDir(dir.clone());
     let dirspec = |rate: RateSpec| DirectionSpec {
         rate,
         delay_ns: 0,
@@ -633,8 +634,16 @@ pub fn evaluate(exe: &std::path::Path, opts: &EvalOptions) -> Result<Vec<EvalRow
     let _ = responder.terminate(Duration::from_millis(300));
     let _ = emu.terminate(Duration::from_millis(500));
     topo.teardown()?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(rows)
+}
+
+/// Removes a work directory on drop (every exit path of [`evaluate`]).
+struct RemoveDir(std::path::PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Mean rate (bit/s) of a trace over `[from_ns, to_ns)` of trace time (the trace
