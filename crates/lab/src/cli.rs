@@ -375,6 +375,10 @@ pub struct ProbeArgs {
     /// --eval: fixed link rates, Mb/s, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "5,20,100", value_parser = parse_rate_mbps)]
     pub rates: Vec<f64>,
+    /// --eval: UDP cross traffic through each fixed-rate link during its probe, as a
+    /// fraction of the link's rate (0 to 0.9).
+    #[arg(long, default_value_t = 0.0)]
+    pub cross: f64,
     /// --eval: a mahimahi trace for one more link (repeatable).
     #[arg(long)]
     pub trace: Vec<PathBuf>,
@@ -439,6 +443,12 @@ pub fn probe(args: &ProbeArgs, exe: &Path) -> Result<()> {
         ..ProbeOptions::default()
     };
     opts.dispatch.rt_priority = args.rt_priority;
+    if !(0.0..=0.9).contains(&args.cross) {
+        anyhow::bail!(
+            "--cross {}: expected a fraction of the link rate from 0 to 0.9",
+            args.cross
+        );
+    }
     if args.eval {
         opts.dispatch.rt_priority = Some(args.rt_priority.unwrap_or(50));
         let rows = p::evaluate(
@@ -447,6 +457,7 @@ pub fn probe(args: &ProbeArgs, exe: &Path) -> Result<()> {
                 rates_bps: args.rates.iter().map(|r| r * 1e6).collect(),
                 traces: args.trace.clone(),
                 probe: opts,
+                cross_fraction: args.cross,
             },
         )?;
         if args.json {

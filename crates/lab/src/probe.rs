@@ -10,8 +10,9 @@
 //!     found in 1-2, spaced by the dispatcher
 //!  4. report request (retried) ------------->  records back, 64 per datagram
 //!  5. estimates: capacity = size / median pair dispersion; the back-to-back train's
-//!     dispersion rate; available bandwidth = the highest rate train whose output
-//!     rate kept up with its input rate (>= 95 %), all slower ones too
+//!     dispersion rate; available bandwidth from the rate trains that fell behind
+//!     (output < 95 % of input), inverting FIFO sharing (TOPP): A = C - r_in (C / r_out
+//!     - 1), median over those trains
 //! ```
 //!
 //! Only receive-side gaps are used, so the two clocks need not agree. Sizes are IP
@@ -179,20 +180,35 @@ pub fn train_rate(records: &[Record], train: u32, size: usize) -> Option<f64> {
     Some((ts.len() - 1) as f64 * size as f64 * 8.0 / ((last - first) as f64 / 1e9))
 }
 
-/// Available bandwidth from rate trains `(input rate, output rate)`: the highest input
-/// rate whose output kept up (>= `keep_up` of it) while every slower train also kept
-/// up. None if even the slowest fell behind.
-pub fn available_bandwidth(trains: &[(f64, Option<f64>)], keep_up: f64) -> Option<f64> {
-    let mut sorted: Vec<(f64, Option<f64>)> = trains.to_vec();
-    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut best = None;
-    for (r_in, r_out) in sorted {
-        match r_out {
-            Some(out) if out >= keep_up * r_in => best = Some(r_in),
-            _ => break,
-        }
+/// Available bandwidth from rate trains `(input rate, output rate)` through a FIFO of
+/// capacity `capacity` (TOPP). A train faster than the available bandwidth A shares the
+/// link with the cross traffic X = C - A in proportion to the rates, so
+/// r_out = C r_in / (r_in + X), that is A = C - r_in (C / r_out - 1). The estimate is
+/// the median of that over the trains that fell behind (output below `keep_up` of the
+/// input), clamped to [0, C]. If none fell behind, it is the fastest train (a lower
+/// bound). None without a usable train.
+pub fn available_bandwidth(
+    trains: &[(f64, Option<f64>)],
+    capacity: f64,
+    keep_up: f64,
+) -> Option<f64> {
+    let measured: Vec<(f64, f64)> = trains
+        .iter()
+        .filter_map(|&(r_in, r_out)| r_out.filter(|o| *o > 0.0).map(|o| (r_in, o)))
+        .collect();
+    let mut behind: Vec<f64> = measured
+        .iter()
+        .filter(|(r_in, r_out)| *r_out < keep_up * r_in)
+        .map(|(r_in, r_out)| (capacity - r_in * (capacity / r_out - 1.0)).clamp(0.0, capacity))
+        .collect();
+    if behind.is_empty() {
+        return measured
+            .iter()
+            .map(|(r_in, _)| *r_in)
+            .max_by(f64::total_cmp);
     }
-    best
+    behind.sort_by(f64::total_cmp);
+    Some(crate::stats::nearest_rank(&behind, 50.0))
 }
 
 /// What to send.
@@ -316,7 +332,7 @@ pub fn probe(bind: SocketAddr, peer: SocketAddr, opts: &ProbeOptions) -> Result<
             .enumerate()
             .map(|(i, &r)| (r, train_rate(&records, TRAIN_RATES + i as u32, opts.size)))
             .collect();
-        report.available_bps = available_bandwidth(&report.rate_trains, 0.95);
+        report.available_bps = available_bandwidth(&report.rate_trains, c, 0.95);
         all.extend(records);
     }
     report.received = all.len();
@@ -503,6 +519,8 @@ pub struct EvalRow {
     pub true_bps: f64,
     /// Trace only: its mean rate over the probe's time window (bit/s).
     pub window_bps: Option<f64>,
+    /// Cross traffic sent through the link during the probe (bit/s, IP layer).
+    pub cross_bps: f64,
     /// What the probe reported.
     pub report: ProbeReport,
 }
@@ -516,6 +534,9 @@ pub struct EvalOptions {
     pub traces: Vec<std::path::PathBuf>,
     /// The probe's options.
     pub probe: ProbeOptions,
+    /// Fixed-rate links: UDP cross traffic through the link during the probe, as a
+    /// fraction of its rate (0: none). The available bandwidth is then the rest.
+    pub cross_fraction: f64,
 }
 
 /// The evaluation: one lab link per rate and per trace (the lab's emulator shapes the
@@ -616,6 +637,24 @@ pub fn evaluate(exe: &std::path::Path, opts: &EvalOptions) -> Result<Vec<EvalRow
         let bind = SocketAddr::from((l.client, 0));
         let peer = SocketAddr::from((l.server, port));
         let popts = opts.probe.clone();
+        let cross_bps = if trace.is_none() {
+            opts.cross_fraction * truth
+        } else {
+            0.0
+        };
+        let _cross = if cross_bps > 0.0 {
+            let c = CrossTraffic::start(
+                &topo.ns(Role::Client),
+                SocketAddr::from((l.client, 0)),
+                SocketAddr::from((l.server, port + 1)),
+                cross_bps,
+            )?;
+            // Let the link settle into the cross traffic first.
+            std::thread::sleep(Duration::from_millis(200));
+            Some(c)
+        } else {
+            None
+        };
         let start = sys::mono_ns();
         let report = sys::in_netns(&topo.ns(Role::Client), move || {
             probe(bind, peer, &popts).map_err(|e| io::Error::other(format!("{e:#}")))
@@ -628,6 +667,7 @@ pub fn evaluate(exe: &std::path::Path, opts: &EvalOptions) -> Result<Vec<EvalRow
             link: name,
             true_bps: truth,
             window_bps,
+            cross_bps,
             report,
         });
     }
@@ -635,6 +675,68 @@ pub fn evaluate(exe: &std::path::Path, opts: &EvalOptions) -> Result<Vec<EvalRow
     let _ = emu.terminate(Duration::from_millis(500));
     topo.teardown()?;
     Ok(rows)
+}
+
+/// 1500-byte UDP datagrams at a fixed rate from a namespace (sequentially paced, so
+/// with the jitter of an ordinary sender; SCHED_FIFO 55), until dropped.
+struct CrossTraffic {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CrossTraffic {
+    fn start(ns: &str, bind: SocketAddr, to: SocketAddr, bps: f64) -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (ns, stop2) = (ns.to_owned(), stop.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let sock = sys::enter_netns(&ns).and_then(|()| UdpSocket::bind(bind));
+            let sock = match sock {
+                Ok(s) => {
+                    let _ = ready_tx.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            // Real time too, between the prober (50) and the emulator (60): an ordinary
+            // thread would not run while those two spin on the 2 CPUs, and the cross
+            // traffic would pause exactly during the probe's trains.
+            let _ = sys::set_realtime(55);
+            let payload = vec![0u8; 1500 - IP_UDP_HEADERS];
+            let spacing = (1500.0 * 8.0 / bps * 1e9) as u64;
+            let mut at = sys::mono_ns();
+            while !stop2.load(Ordering::Relaxed) {
+                at += spacing;
+                latebind_io::dispatch::sleep_until(at);
+                // Unconnected: ICMP port-unreachable answers are not reported here.
+                if let Err(e) = sock.send_to(&payload, to) {
+                    eprintln!("cross traffic: {e}");
+                    break;
+                }
+            }
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self {
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => Err(e).context("cross traffic socket"),
+            Err(_) => bail!("the cross traffic thread died"),
+        }
+    }
+}
+
+impl Drop for CrossTraffic {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Removes a work directory on drop (every exit path of [`evaluate`]).
@@ -674,25 +776,27 @@ pub fn eval_table(rows: &[EvalRow]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| link | true (Mb/s) | pairs (Mb/s) | error | train (Mb/s) | error | available (Mb/s) | error | received / sent |"
+        "| link | true (Mb/s) | pairs (Mb/s) | error | train (Mb/s) | error | available (Mb/s) | true | error | received / sent |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let truth = match r.window_bps {
             Some(w) => format!("{:.2} (window {:.2})", r.true_bps / 1e6, w / 1e6),
             None => format!("{:.2}", r.true_bps / 1e6),
         };
         let t = r.window_bps.unwrap_or(r.true_bps);
+        let avail = t - r.cross_bps;
         let _ = writeln!(
             s,
-            "| {} | {truth} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {truth} | {} | {} | {} | {} | {} | {:.2} | {} | {} / {} |",
             r.link,
             mbps(r.report.capacity_pairs_bps),
             err(r.report.capacity_pairs_bps, t),
             mbps(r.report.capacity_train_bps),
             err(r.report.capacity_train_bps, t),
             mbps(r.report.available_bps),
-            err(r.report.available_bps, t),
+            avail / 1e6,
+            err(r.report.available_bps, avail),
             r.report.received,
             r.report.sent
         );
@@ -770,16 +874,24 @@ mod tests {
     }
 
     #[test]
-    fn available_bandwidth_is_the_last_rate_that_kept_up() {
-        let trains = [
-            (30e6, Some(30e6)),
-            (10e6, Some(9.9e6)),
-            (50e6, Some(41e6)),
-            (40e6, Some(39e6)),
-            (60e6, Some(60e6)), // above a failed rate: does not count
-        ];
-        assert_eq!(available_bandwidth(&trains, 0.95), Some(40e6));
-        assert_eq!(available_bandwidth(&[(10e6, Some(5e6))], 0.95), None);
-        assert_eq!(available_bandwidth(&[(10e6, None)], 0.95), None);
+    fn available_bandwidth_inverts_fifo_sharing_with_cross_traffic() {
+        // A 100 Mb/s FIFO carrying 40 Mb/s of cross traffic: trains up to 60 Mb/s keep
+        // up; faster ones get C r / (r + 40).
+        let fifo = |r: f64| if r <= 60e6 { r } else { 100e6 * r / (r + 40e6) };
+        let trains: Vec<(f64, Option<f64>)> = [30e6, 50e6, 70e6, 90e6, 110e6]
+            .iter()
+            .map(|&r| (r, Some(fifo(r))))
+            .collect();
+        let a = available_bandwidth(&trains, 100e6, 0.95).unwrap();
+        assert!((a - 60e6).abs() < 1.0, "{a}");
+        // Nothing fell behind: the fastest train is the answer (a lower bound).
+        let idle = [(30e6, Some(30e6)), (50e6, Some(49.9e6)), (40e6, None)];
+        assert_eq!(available_bandwidth(&idle, 100e6, 0.95), Some(50e6));
+        // A train that lost everything says nothing; a nonsense output is clamped.
+        assert_eq!(available_bandwidth(&[(10e6, None)], 100e6, 0.95), None);
+        assert_eq!(
+            available_bandwidth(&[(90e6, Some(1e6))], 100e6, 0.95),
+            Some(0.0)
+        );
     }
 }
