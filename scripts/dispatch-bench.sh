@@ -6,7 +6,8 @@
 #      plus packet pairs (latebind dispatch-bench);
 #   2. the same with both senders in SCHED_FIFO, and the pre-dispatching period φ
 #      from 0 to 5 ms;
-#   3. latebind probe on emulated links of 5, 20 and 100 Mb/s and a mahimahi trace;
+#   3. latebind probe on emulated links of 5, 20 and 100 Mb/s and a mahimahi trace,
+#      and with 40 % cross traffic;
 #   4. replay of a synthetic capture (Poisson gaps, mean 1 ms, 3000 packets).
 # Needs root (namespaces, AF_PACKET, SCHED_FIFO). Everything happens in namespaces the
 # commands create and remove.
@@ -34,6 +35,7 @@ for r in $(seq "$runs"); do
     run dispatch-bench --rt-priority 50 --sizes 200 --spacings-us 100,1000 --load idle --pairs 0 --phi-us "$phi"
   done
   run probe --eval --rates 5,20,100 --trace "$trace"
+  run probe --eval --rates 5,20,100 --cross 0.4
   "$bin" replay --write-sample "$sample" --sample-packets 3000 --sample-gap-us 1000
   echo; echo "\$ latebind replay --write-sample sample.pcap --sample-packets 3000 --sample-gap-us 1000"
   run replay "$sample" --eval
