@@ -9,8 +9,8 @@
 //!  1. a producer builds (frames, encrypts) a datagram φ before its slot and hands it
 //!     over with Dispatcher::submit(slot, bytes); any thread, any order
 //!  2. the sender thread keeps what it holds ordered by slot (ties: submission order)
-//!  3. earliest slot more than `margin` away: sleep (futex with an absolute-time
-//!     deadline, timer slack 1 ns) until slot - margin, or until a new submission
+//!  3. earliest slot more than `margin` away: sleep on the channel (a futex wait with
+//!     a timeout, timer slack 1 ns) until slot - margin, or until a new submission
 //!  4. then spin on CLOCK_MONOTONIC until the slot, take every datagram whose slot is
 //!     within `coalesce` of it (at most BATCH) and send them with one sendmmsg
 //!  5. the margin follows the wake-ups: it is 1.5 times the largest recent lateness
