@@ -3,9 +3,10 @@
 //! Subcommands: `sim` (a scenario in the deterministic simulator), `lab` (the same
 //! scenario on real kernels in network namespaces: `latebind_lab`), `traffic` (the lab's
 //! traffic tool), `client` and `server` (the daemons), `status` (a running daemon's
-//! state), `genkey` / `pubkey` (keys); hidden: `emulate` (the lab's link emulator, which
-//! `lab` starts inside its emulator namespace). `probe` and `replay` come with later
-//! work.
+//! state), `genkey` / `pubkey` (keys); `dispatch-bench` (send-time accuracy of the
+//! pre-dispatch sender), `probe` (capacity and available bandwidth of a link),
+//! `replay` (a pcap re-sent with its spacing); hidden: `emulate` (the lab's link
+//! emulator, which `lab` starts inside its emulator namespace).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,15 @@ enum Command {
     /// The lab's link emulator (started by `lab` inside its emulator namespace).
     #[command(hide = true)]
     Emulate(latebind_lab::emu::EmulateArgs),
+    /// Send-time accuracy: the pre-dispatch sender against the sequential one, measured
+    /// by a capture on the far side of a veth (needs root).
+    DispatchBench(latebind_lab::cli::DispatchBenchArgs),
+    /// Capacity and available bandwidth of a link: packet pairs and trains to a
+    /// `probe --listen` responder, timed by the responder's kernel.
+    Probe(latebind_lab::cli::ProbeArgs),
+    /// Re-send a capture's packets (pcap) with their original spacing; --eval measures
+    /// the timing error on the far side of a veth (needs root).
+    Replay(latebind_lab::cli::ReplayArgs),
     /// Run the client daemon (the multi-homed host).
     Client {
         /// Configuration file (see examples/client.toml).
@@ -117,6 +127,12 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Command::Traffic(cmd) => latebind_lab::cli::traffic(&cmd),
         Command::Emulate(args) => latebind_lab::cli::emulate(&args),
+        Command::DispatchBench(args) => latebind_lab::cli::dispatch_bench(&args),
+        Command::Replay(args) => latebind_lab::cli::replay(&args),
+        Command::Probe(args) => latebind_lab::cli::probe(
+            &args,
+            &std::env::current_exe().context("locating the latebind binary")?,
+        ),
         Command::Client { config, routes } => {
             init_logging();
             let cfg = latebind_daemon::config::ClientConfig::load(&config)?;

@@ -3,6 +3,9 @@
 //!
 //! Module map:
 //! - [`clock`]: `CLOCK_MONOTONIC` as nanoseconds (the engine's `now`).
+//! - [`dispatch`]: precise sends: a sender thread emits datagrams built ahead of time
+//!   at their slot (sleep, then spin, then `sendmmsg`), and the sequential sender it is
+//!   measured against.
 //! - [`tun`]: the TUN device (one stable virtual address; the engine's inner packets).
 //! - [`link`]: one UDP socket per link, bound to its interface, with a small send buffer
 //!   so that little waits below the binding point.
@@ -13,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod dispatch;
 pub mod link;
 pub mod netlink;
 pub mod poll;

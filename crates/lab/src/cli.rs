@@ -239,3 +239,354 @@ pub fn emulate(args: &EmulateArgs) -> Result<()> {
 pub fn traffic(cmd: &TrafficCmd) -> Result<()> {
     crate::traffic::traffic_main(cmd).context("traffic")
 }
+
+/// `dispatch-bench`: send-time accuracy, pre-dispatch sender against sequential.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DispatchBenchArgs {
+    /// IP packet sizes, bytes (36 to 1500), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "40,200,500,1000,1500", value_parser = parse_size)]
+    pub sizes: Vec<usize>,
+    /// Expected inter-departure times, µs, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000,100000", value_parser = parse_spacing)]
+    pub spacings_us: Vec<u64>,
+    /// Competing CPU load: idle, busy (one busy-loop thread per CPU), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "idle,busy", value_parser = parse_load)]
+    pub load: Vec<crate::dispatch_bench::Load>,
+    /// Pre-dispatching period φ, µs: the producer hands each datagram to the
+    /// dispatcher this long before its slot.
+    #[arg(long, default_value_t = 1000)]
+    pub phi_us: u64,
+    /// Each train lasts about this long, s (at least 21, at most 3000 packets).
+    #[arg(long, default_value_t = 0.3)]
+    pub train_s: f64,
+    /// Packet pairs per sender and size (0: none).
+    #[arg(long, default_value_t = 200)]
+    pub pairs: usize,
+    /// The dispatcher's smallest spin before a slot, µs.
+    #[arg(long, default_value_t = 30)]
+    pub margin_min_us: u64,
+    /// The dispatcher's largest spin before a slot, µs.
+    #[arg(long, default_value_t = 2000)]
+    pub margin_max_us: u64,
+    /// Do not hold the CPU wake-up latency request in the dispatcher.
+    #[arg(long)]
+    pub no_latency_qos: bool,
+    /// Run both senders in SCHED_FIFO at this priority (the sequential sender's thread,
+    /// the dispatcher's thread and its producer).
+    #[arg(long)]
+    pub rt_priority: Option<i32>,
+    /// Print the JSON report instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (36..=1500).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?}: expected an IP packet size in bytes from 36 to 1500"
+        )),
+    }
+}
+
+fn parse_spacing(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected microseconds from 1 to 10000000")),
+    }
+}
+
+fn parse_load(s: &str) -> Result<crate::dispatch_bench::Load, String> {
+    match s.trim() {
+        "idle" => Ok(crate::dispatch_bench::Load::Idle),
+        "busy" => Ok(crate::dispatch_bench::Load::Busy),
+        _ => Err(format!("{s:?}: expected idle or busy")),
+    }
+}
+
+/// Runs `dispatch-bench` and prints its tables (or JSON).
+pub fn dispatch_bench(args: &DispatchBenchArgs) -> Result<()> {
+    use crate::dispatch_bench::{self as bench, BenchOptions};
+    use std::time::Duration;
+    if !(args.train_s > 0.0 && args.train_s <= 60.0) {
+        anyhow::bail!("--train-s {}: expected seconds in (0, 60]", args.train_s);
+    }
+    if args.margin_min_us > args.margin_max_us {
+        anyhow::bail!(
+            "--margin-min-us {} is above --margin-max-us {}: expected min <= max",
+            args.margin_min_us,
+            args.margin_max_us
+        );
+    }
+    let opts = BenchOptions {
+        sizes: args.sizes.clone(),
+        spacings_us: args.spacings_us.clone(),
+        loads: args.load.clone(),
+        phi_us: args.phi_us,
+        train_s: args.train_s,
+        pairs: args.pairs,
+        dispatch: latebind_io::dispatch::DispatchConfig {
+            margin_min: Duration::from_micros(args.margin_min_us),
+            margin_max: Duration::from_micros(args.margin_max_us),
+            cpu_latency_qos: !args.no_latency_qos,
+            rt_priority: args.rt_priority,
+            ..Default::default()
+        },
+        ..BenchOptions::default()
+    };
+    bench::validate(&opts)?;
+    let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", bench::table(&report));
+    }
+    Ok(())
+}
+
+/// `probe`: capacity and available bandwidth of a link.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The responder (`latebind probe --listen` on the far side), IP:PORT.
+    pub peer: Option<std::net::SocketAddr>,
+    /// Be the responder: record the kernel receive time of every probe on this
+    /// address (IP:PORT) and answer report requests.
+    #[arg(long, conflicts_with_all = ["peer", "eval"])]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Local address to send from (e.g. one link's address), IP or IP:PORT.
+    #[arg(long, value_parser = parse_bind)]
+    pub bind: Option<std::net::SocketAddr>,
+    /// IP packet size of the probes, bytes.
+    #[arg(long, default_value_t = 1500)]
+    pub size: usize,
+    /// Packet pairs.
+    #[arg(long, default_value_t = 60)]
+    pub pairs: usize,
+    /// Datagrams in the back-to-back train.
+    #[arg(long, default_value_t = 100)]
+    pub train: usize,
+    /// Skip the rate trains (no available-bandwidth estimate).
+    #[arg(long)]
+    pub no_rate_trains: bool,
+    /// Evaluate on emulated links of known rate in network namespaces (needs root):
+    /// one link per --rates value and per --trace.
+    #[arg(long, conflicts_with = "peer")]
+    pub eval: bool,
+    /// --eval: fixed link rates, Mb/s, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "5,20,100", value_parser = parse_rate_mbps)]
+    pub rates: Vec<f64>,
+    /// --eval: UDP cross traffic through each fixed-rate link during its probe, as a
+    /// fraction of the link's rate (0 to 0.9).
+    #[arg(long, default_value_t = 0.0)]
+    pub cross: f64,
+    /// --eval: a mahimahi trace for one more link (repeatable).
+    #[arg(long)]
+    pub trace: Vec<PathBuf>,
+    /// Run the sending thread in SCHED_FIFO at this priority (--eval: default 50, and
+    /// the emulator at 60).
+    #[arg(long)]
+    pub rt_priority: Option<i32>,
+    /// Responder: exit after answering this many report requests.
+    #[arg(long, hide = true)]
+    pub max_reports: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_bind(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .map_err(|_| format!("{s:?}: expected an IP address or IP:PORT"))
+}
+
+fn parse_rate_mbps(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 10_000.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?}: expected a rate in Mb/s above 0, at most 10000"
+        )),
+    }
+}
+
+/// Runs `probe` (prober, responder or evaluation).
+pub fn probe(args: &ProbeArgs, exe: &Path) -> Result<()> {
+    use crate::probe::{self as p, ProbeOptions};
+    if !(p::MIN_SIZE..=1500).contains(&args.size) {
+        anyhow::bail!(
+            "--size {}: expected {} to 1500 bytes",
+            args.size,
+            p::MIN_SIZE
+        );
+    }
+    if args.pairs == 0 && args.train < 2 {
+        anyhow::bail!(
+            "--pairs 0 and --train {}: expected some pairs or a train of at least 2",
+            args.train
+        );
+    }
+    if let Some(addr) = args.listen {
+        return p::listen(addr, args.max_reports);
+    }
+    let mut opts = ProbeOptions {
+        size: args.size,
+        pairs: args.pairs,
+        train: args.train,
+        rate_fractions: if args.no_rate_trains {
+            Vec::new()
+        } else {
+            ProbeOptions::default().rate_fractions
+        },
+        ..ProbeOptions::default()
+    };
+    opts.dispatch.rt_priority = args.rt_priority;
+    if !(0.0..=0.9).contains(&args.cross) {
+        anyhow::bail!(
+            "--cross {}: expected a fraction of the link rate from 0 to 0.9",
+            args.cross
+        );
+    }
+    if args.eval {
+        opts.dispatch.rt_priority = Some(args.rt_priority.unwrap_or(50));
+        let rows = p::evaluate(
+            exe,
+            &p::EvalOptions {
+                rates_bps: args.rates.iter().map(|r| r * 1e6).collect(),
+                traces: args.trace.clone(),
+                probe: opts,
+                cross_fraction: args.cross,
+            },
+        )?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", p::eval_table(&rows));
+        }
+        return Ok(());
+    }
+    let Some(peer) = args.peer else {
+        anyhow::bail!("no peer: give the responder's IP:PORT, or --listen, or --eval");
+    };
+    let bind = args.bind.unwrap_or_else(|| {
+        if peer.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal address")
+        } else {
+            "[::]:0".parse().expect("literal address")
+        }
+    });
+    let report = p::probe(bind, peer, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// `replay`: re-send a capture's packets with their original spacing.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The capture (classic pcap; Ethernet, raw IP or Linux cooked).
+    pub pcap: Option<PathBuf>,
+    /// Where to send the datagrams, IP:PORT.
+    #[arg(long)]
+    pub peer: Option<std::net::SocketAddr>,
+    /// Local address to send from, IP or IP:PORT.
+    #[arg(long, value_parser = parse_bind)]
+    pub bind: Option<std::net::SocketAddr>,
+    /// dispatch (pre-dispatch sender) or sequential.
+    #[arg(long, default_value = "dispatch", value_parser = parse_sender)]
+    pub sender: crate::dispatch_bench::SenderKind,
+    /// Pre-dispatching period φ, µs.
+    #[arg(long, default_value_t = 1000)]
+    pub phi_us: u64,
+    /// Replay with both senders over a veth between two namespaces and report the
+    /// timing error measured on the far side (needs root).
+    #[arg(long)]
+    pub eval: bool,
+    /// Write a synthetic capture here and exit (Poisson gaps, mixed sizes): --sample-packets
+    /// packets, mean gap --sample-gap-us.
+    #[arg(long)]
+    pub write_sample: Option<PathBuf>,
+    /// Packets of the synthetic capture.
+    #[arg(long, default_value_t = 3000)]
+    pub sample_packets: usize,
+    /// Mean gap of the synthetic capture, µs.
+    #[arg(long, default_value_t = 1000.0)]
+    pub sample_gap_us: f64,
+    /// Run the senders in SCHED_FIFO at this priority.
+    #[arg(long)]
+    pub rt_priority: Option<i32>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_sender(s: &str) -> Result<crate::dispatch_bench::SenderKind, String> {
+    match s.trim() {
+        "dispatch" => Ok(crate::dispatch_bench::SenderKind::Dispatch),
+        "sequential" => Ok(crate::dispatch_bench::SenderKind::Sequential),
+        _ => Err(format!("{s:?}: expected dispatch or sequential")),
+    }
+}
+
+/// Runs `replay`.
+pub fn replay(args: &ReplayArgs) -> Result<()> {
+    use crate::replay as r;
+    if let Some(out) = &args.write_sample {
+        if args.sample_packets < 2
+            || args.sample_gap_us.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+        {
+            anyhow::bail!(
+                "--sample-packets {} / --sample-gap-us {}: expected at least 2 packets and a gap above 0",
+                args.sample_packets,
+                args.sample_gap_us
+            );
+        }
+        let p = r::sample_packets(args.sample_packets, args.sample_gap_us * 1e3, 1);
+        std::fs::write(out, r::write_pcap(&p, 64)).with_context(|| format!("{}", out.display()))?;
+        return Ok(());
+    }
+    let Some(path) = &args.pcap else {
+        anyhow::bail!("no capture: give FILE.pcap (or --write-sample FILE)");
+    };
+    let packets = r::read_pcap(path)?;
+    if packets.len() < 2 {
+        anyhow::bail!(
+            "{}: {} packets, expected at least 2",
+            path.display(),
+            packets.len()
+        );
+    }
+    let dispatch = latebind_io::dispatch::DispatchConfig {
+        rt_priority: args.rt_priority,
+        ..Default::default()
+    };
+    if args.eval {
+        let rows = r::evaluate(&packets, &dispatch, args.phi_us)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", r::eval_table(&packets, &rows));
+        }
+        return Ok(());
+    }
+    let Some(peer) = args.peer else {
+        anyhow::bail!("no peer: give --peer IP:PORT, or --eval");
+    };
+    let bind = args
+        .bind
+        .unwrap_or_else(|| "0.0.0.0:0".parse().expect("literal address"));
+    let stats = r::replay(&packets, bind, peer, args.sender, &dispatch, args.phi_us)?;
+    let (mean, p50, p99, max) = crate::dispatch_bench::summary_us(&stats.lateness_ns);
+    println!(
+        "{} datagrams sent ({} errors); lateness of the send calls (the sender's own view) mean {mean:.2} / p50 {p50:.2} / p99 {p99:.2} / max {max:.2} µs; CPU {:.0} %",
+        stats.sent,
+        stats.send_errors,
+        100.0 * stats.cpu_fraction()
+    );
+    Ok(())
+}

@@ -14,6 +14,15 @@
 //!   mptcp's path manager and policy routing.
 //! - [`cli`]: clap argument structs for the `lab`, `emulate` and `traffic` subcommands,
 //!   ready to be embedded in a binary.
+//! - [`capture`]: departure times that do not trust the sender: `AF_PACKET` with
+//!   kernel receive timestamps on the far end of a veth, inter-departure errors.
+//! - [`dispatch_bench`]: `dispatch-bench`, the pre-dispatch sender against the
+//!   sequential one (the send-time accuracy paper's table 4 grid, packet pairs).
+//! - [`probe`]: `probe`: packet pairs and trains to a responder that keeps kernel
+//!   receive times; capacity and available bandwidth; their evaluation on emulated
+//!   links of known rate.
+//! - [`replay`]: `replay`: a pcap's packets re-sent with their original spacing, and
+//!   the timing error measured on the far side of a veth.
 //! - [`netlink`], [`stats`], [`sys`]: rtnetlink for timed interface and route changes,
 //!   percentiles, system-call wrappers.
 //!
@@ -24,12 +33,16 @@
 
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod cli;
+pub mod dispatch_bench;
 pub mod emu;
 pub mod late;
 pub mod mptcp;
 pub mod netlink;
 pub mod netns;
+pub mod probe;
+pub mod replay;
 pub mod run;
 pub mod stats;
 pub mod sys;

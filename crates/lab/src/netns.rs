@@ -528,6 +528,103 @@ impl Topology {
         Ok(topo)
     }
 
+    /// Client and server namespaces only, link `i` one veth pair `c{i}` <-> `s{i}`
+    /// joining them directly (no emulator: an unshaped link, or one shaped by `tc` on
+    /// its ends); addresses and MACs as in the module docs. Removed on drop.
+    pub fn create_direct(n_links: usize) -> Result<Self> {
+        if n_links == 0 || n_links > MAX_LINKS {
+            bail!("{n_links} links: expected 1 to {MAX_LINKS}");
+        }
+        cleanup_stale().context("removing stale lab namespaces")?;
+        install_signal_cleanup();
+        let key = NEXT_ID.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{NS_PREFIX}{}-{key}", std::process::id());
+        let links: Vec<LinkAddrs> = (0..n_links)
+            .map(|i| link_addrs(i).expect("checked against MAX_LINKS above"))
+            .collect();
+        let mut topo = Self {
+            id,
+            links,
+            commands: Vec::new(),
+            offload_warnings: Vec::new(),
+            key,
+            torn_down: false,
+        };
+        lock_live().insert(key, Role::ALL.iter().map(|&r| topo.ns(r)).collect());
+        if let Err(e) = topo.build_direct() {
+            let _ = topo.teardown();
+            return Err(e);
+        }
+        Ok(topo)
+    }
+
+    fn build_direct(&mut self) -> Result<()> {
+        for role in [Role::Client, Role::Server] {
+            let ns = self.ns(role);
+            self.ip(&["netns", "add", &ns])?;
+            sysctls(
+                &ns,
+                &[
+                    ("net.ipv6.conf.all.disable_ipv6", "1"),
+                    ("net.ipv6.conf.default.disable_ipv6", "1"),
+                ],
+            )?;
+        }
+        let (server_ns, links) = (self.ns(Role::Server), self.links.clone());
+        let mut client = vec!["link set lo up".to_owned()];
+        for l in &links {
+            client.push(format!(
+                "link add {} address {} type veth peer name {} address {} netns {server_ns}",
+                l.client_if,
+                mac_string(l.client_mac),
+                l.server_if,
+                mac_string(l.server_mac),
+            ));
+        }
+        self.batch("ip", Role::Client, &client)?;
+        let mut client = Vec::new();
+        let mut server = vec!["link set lo up".to_owned()];
+        for l in &links {
+            client.push(format!(
+                "addr add {}/{LINK_PREFIX_LEN} dev {}",
+                l.client, l.client_if
+            ));
+            client.push(format!("link set {} up", l.client_if));
+            client.push(format!(
+                "neigh replace {} lladdr {} dev {} nud permanent",
+                l.server,
+                mac_string(l.server_mac),
+                l.client_if
+            ));
+            server.push(format!(
+                "addr add {}/{LINK_PREFIX_LEN} dev {}",
+                l.server, l.server_if
+            ));
+            server.push(format!("link set {} up", l.server_if));
+            server.push(format!(
+                "neigh replace {} lladdr {} dev {} nud permanent",
+                l.client,
+                mac_string(l.client_mac),
+                l.server_if
+            ));
+        }
+        self.batch("ip", Role::Client, &client)?;
+        self.batch("ip", Role::Server, &server)?;
+        for role in [Role::Client, Role::Server] {
+            let nl = Netlink::open_in(&self.ns(role))?;
+            for l in &links {
+                let name = if role == Role::Client {
+                    &l.client_if
+                } else {
+                    &l.server_if
+                };
+                let left = offloads_off(nl.ioctl_fd(), name);
+                self.offload_warnings.extend(left);
+            }
+        }
+        Ok(())
+    }
+
     /// The namespace name of `role`.
     pub fn ns(&self, role: Role) -> String {
         format!("{}-{}", self.id, role.as_str())

@@ -209,21 +209,29 @@ where
     T: Send + 'static,
     F: FnOnce() -> io::Result<T> + Send + 'static,
 {
-    let path = netns_path(ns);
+    let ns = ns.to_owned();
     std::thread::spawn(move || {
-        let c = CString::new(path.clone()).map_err(io::Error::other)?;
-        // SAFETY: valid NUL-terminated path.
-        let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
-            .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-        // SAFETY: `fd` is ours.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: joining a network namespace only affects this thread.
-        cvt(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) })
-            .map_err(|e| io::Error::new(e.kind(), format!("setns {path}: {e}")))?;
+        enter_netns(&ns)?;
         f()
     })
     .join()
     .map_err(|_| io::Error::other("netns worker thread panicked"))?
+}
+
+/// Moves the calling thread into the network namespace `ns` for good (use it on a
+/// thread of its own).
+pub fn enter_netns(ns: &str) -> io::Result<()> {
+    let path = netns_path(ns);
+    let c = CString::new(path.clone()).map_err(io::Error::other)?;
+    // SAFETY: valid NUL-terminated path.
+    let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
+        .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    // SAFETY: `fd` is ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: joining a network namespace only affects this thread.
+    cvt(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) })
+        .map_err(|e| io::Error::new(e.kind(), format!("setns {path}: {e}")))?;
+    Ok(())
 }
 
 /// Whether a process with this pid exists and has not exited (a zombie waiting for

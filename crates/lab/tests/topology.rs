@@ -145,3 +145,55 @@ fn cleanup_stale_removes_namespaces_of_dead_processes_only() {
         .status()
         .unwrap();
 }
+
+#[test]
+fn direct_topology_joins_client_and_server_and_leaves_nothing_behind() {
+    if !common::root_or_skip("direct_topology_joins_client_and_server_and_leaves_nothing_behind") {
+        return;
+    }
+    let _g = common::serial();
+    let topo = Topology::create_direct(1).expect("direct topology");
+    let (client, server, emu) = (
+        topo.ns(Role::Client),
+        topo.ns(Role::Server),
+        topo.ns(Role::Emu),
+    );
+    let list = netns_list();
+    assert!(
+        list.contains(client.as_str()) && list.contains(server.as_str()),
+        "{list}"
+    );
+    assert!(
+        !list.contains(emu.as_str()),
+        "no emulator namespace: {list}"
+    );
+    let addrs = ip(&["-n", &client, "-4", "-o", "addr", "show", "dev", "c0"]);
+    assert!(addrs.contains("198.18.1.1/24"), "{addrs}");
+    let addrs = ip(&["-n", &server, "-4", "-o", "addr", "show", "dev", "s0"]);
+    assert!(addrs.contains("198.18.1.2/24"), "{addrs}");
+    // c0's peer is s0, in the server namespace: a datagram crosses.
+    let rx = latebind_lab::sys::in_netns(&server, || std::net::UdpSocket::bind("198.18.1.2:47999"))
+        .expect("socket in the server namespace");
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let tx = latebind_lab::sys::in_netns(&client, || std::net::UdpSocket::bind("198.18.1.1:0"))
+        .expect("socket in the client namespace");
+    tx.send_to(b"direct", "198.18.1.2:47999").expect("send");
+    let mut buf = [0u8; 16];
+    let (n, from) = rx
+        .recv_from(&mut buf)
+        .expect("the datagram crosses the veth");
+    assert_eq!(&buf[..n], b"direct");
+    assert_eq!(from.ip().to_string(), "198.18.1.1");
+    assert!(
+        netns::offloads_on(&server, "s0")
+            .expect("ethtool ioctls")
+            .is_empty()
+    );
+    drop(topo);
+    let list = netns_list();
+    assert!(
+        !list.contains(client.as_str()) && !list.contains(server.as_str()),
+        "{list}"
+    );
+}
