@@ -552,7 +552,7 @@ impl Driver {
                         assert!(self.ep.link_stats(LinkId(e.link)).is_some());
                     }
                 }
-                Frame::LinkStatus { link, .. } => {
+                Frame::LinkStatus { link, .. } | Frame::RxTime { link, .. } => {
                     assert!(self.ep.link_stats(LinkId(link)).is_some());
                 }
                 Frame::Ping | Frame::Padding => {}

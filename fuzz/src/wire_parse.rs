@@ -162,7 +162,7 @@ fn inspect(frame: &Frame<'_>) {
             let _ = format!("{report:?}");
         }
         Frame::Data(data) => assert!(data.payload.len() <= wire::MAX_DATA_PAYLOAD),
-        Frame::Padding | Frame::Ping | Frame::LinkStatus { .. } => {}
+        Frame::Padding | Frame::Ping | Frame::LinkStatus { .. } | Frame::RxTime { .. } => {}
     }
 }
 
@@ -203,6 +203,14 @@ fn emit(out: &mut Vec<u8>, frame: &Frame<'_>) {
         Frame::LinkStatus { link, state } => {
             wire::emit_link_status(out, *link, *state);
             wire::LINK_STATUS_FRAME_LEN
+        }
+        Frame::RxTime {
+            link,
+            pn,
+            received_us,
+        } => {
+            wire::emit_rx_time(out, *link, *pn, *received_us);
+            wire::RX_TIME_FRAME_LEN
         }
     };
     assert_eq!(out.len() - start, expected_len, "*_len disagrees with emit");

@@ -177,6 +177,8 @@ pub(crate) struct Controller {
     last_nearly_empty: Instant,
     /// Since when the queue has been under half the target, if it is.
     short_since: Option<Instant>,
+    /// Startup: no queue seen yet since the link started or took another's load.
+    startup: bool,
     /// The longest gap between two acknowledgements of the last [`GAP_WINDOW`] while
     /// data was in flight: how long the link can deliver nothing (a cellular
     /// scheduler's pause), and so how much must wait at its bottleneck to use what it
@@ -220,6 +222,7 @@ impl Controller {
             hold_down_until: now,
             last_nearly_empty: now,
             short_since: None,
+            startup: true,
             gaps: MinMax::new(true),
             last_ack_at: now,
             competitive: false,
@@ -251,6 +254,7 @@ impl Controller {
         let need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
         self.cwnd = self.cwnd.max(need);
         self.hold_down_until = now + self.standing_rtt + self.min_rtt();
+        self.startup = true;
     }
 
     /// The window, bytes.
@@ -452,7 +456,16 @@ impl Controller {
             let searching = self
                 .short_since
                 .is_some_and(|t| now - t >= self.standing_rtt);
-            if dq > hold && now >= self.hold_down_until {
+            if self.startup {
+                // Startup: the window doubles each round trip while it limits the link,
+                // until a queue shows; then it falls to what the link delivers.
+                if dq > hold {
+                    self.startup = false;
+                    self.cwnd = self.cwnd.min(fit);
+                } else if limited {
+                    self.cwnd += acked as f64;
+                }
+            } else if dq > hold && now >= self.hold_down_until {
                 self.cwnd = self.cwnd.min(fit);
             } else if searching && limited {
                 self.cwnd = self.cwnd.max(SEARCH_GAIN * fit);
