@@ -179,10 +179,11 @@ pub(crate) struct Controller {
     short_since: Option<Instant>,
     /// Startup: no queue seen yet since the link started or took another's load.
     startup: bool,
-    /// The longest gap between two acknowledgements of the last [`GAP_WINDOW`] while
-    /// data was in flight: how long the link can deliver nothing (a cellular
-    /// scheduler's pause), and so how much must wait at its bottleneck to use what it
-    /// delivers after.
+    /// The longest gap between two acknowledgements of the last [`GAP_WINDOW`], counted
+    /// only as far as the packet acknowledged after it waited beyond the path's minimum:
+    /// how long the link can deliver nothing while packets wait (a cellular scheduler's
+    /// pause), and so how much must wait at its bottleneck to use what it delivers
+    /// after.
     gaps: MinMax,
     last_ack_at: Instant,
     competitive: bool,
@@ -459,7 +460,7 @@ impl Controller {
             if self.startup {
                 // Startup: the window doubles each round trip while it limits the link,
                 // until a queue shows; then it falls to what the link delivers.
-                if dq > hold {
+                if dq > hold && now >= self.hold_down_until {
                     self.startup = false;
                     self.cwnd = self.cwnd.min(fit);
                 } else if limited {
