@@ -278,7 +278,7 @@ fn read_loop(
     loop {
         let stopping = stop.load(Ordering::SeqCst);
         let mut got = false;
-        while let Some((n, ts)) = recv_stamped(fd.as_raw_fd(), &mut buf)? {
+        while let Some((n, _, ts)) = sys::recv_stamped(fd.as_raw_fd(), &mut buf)? {
             got = true;
             let Some(u) = parse_udp4(&buf[..n]) else {
                 continue;
@@ -317,53 +317,6 @@ fn read_loop(
     }
     out.kernel_drops = drops(fd.as_raw_fd());
     Ok(out)
-}
-
-/// One frame and its kernel timestamp (ns of `CLOCK_REALTIME`, 0 if absent);
-/// `Ok(None)` when nothing is pending.
-fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, u64)>> {
-    // SAFETY: msghdr is POD; all pointers refer to locals alive for the call.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut cmsg = [0u64; 16];
-        let mut msg: libc::msghdr = mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cmsg.as_mut_ptr().cast();
-        msg.msg_controllen = size_of_val(&cmsg);
-        let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
-                _ => Err(e),
-            };
-        }
-        Ok(Some((n as usize, cmsg_timestamp(&msg))))
-    }
-}
-
-/// The `SO_TIMESTAMPNS` control message of a received message, ns (0 if none).
-///
-/// # Safety
-/// `msg` must be a header `recvmsg` filled, its control buffer still alive.
-pub(crate) unsafe fn cmsg_timestamp(msg: &libc::msghdr) -> u64 {
-    let mut ts = 0u64;
-    // SAFETY: the caller guarantees a filled header with a live control buffer.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == sys::SO_TIMESTAMPNS {
-                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                ts = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
-            }
-            c = libc::CMSG_NXTHDR(msg, c);
-        }
-    }
-    ts
 }
 
 fn drops(fd: RawFd) -> u64 {

@@ -29,7 +29,7 @@ use anyhow::{Context as _, Result, bail};
 use latebind_io::dispatch::{DispatchConfig, Dispatcher};
 use serde::Serialize;
 
-use crate::capture::{IP_UDP_HEADERS, cmsg_timestamp};
+use crate::capture::IP_UDP_HEADERS;
 use crate::sys;
 
 const MAGIC_PROBE: [u8; 4] = *b"LBPB";
@@ -405,9 +405,10 @@ pub fn listen(addr: SocketAddr, max_reports: Option<usize>) -> Result<()> {
         if !sys::poll_in(fd, 200)? {
             continue;
         }
-        let Some((n, from, ts)) = recv_from_stamped(fd, &mut buf)? else {
+        let Some((n, Some(from), ts)) = sys::recv_stamped(fd, &mut buf)? else {
             continue;
         };
+        let from = SocketAddr::V4(from);
         let d = &buf[..n];
         if let Some((session, train, seq)) = parse_probe(d) {
             if !sessions.contains_key(&session) && sessions.len() >= 64 {
@@ -432,40 +433,6 @@ pub fn listen(addr: SocketAddr, max_reports: Option<usize>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn recv_from_stamped(
-    fd: std::os::fd::RawFd,
-    buf: &mut [u8],
-) -> io::Result<Option<(usize, SocketAddr, u64)>> {
-    // SAFETY: msghdr and sockaddr_in are POD; pointers refer to locals alive for the
-    // call.
-    unsafe {
-        let mut from: libc::sockaddr_in = std::mem::zeroed();
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut cmsg = [0u64; 16];
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_name = (&mut from as *mut libc::sockaddr_in).cast();
-        msg.msg_namelen = size_of::<libc::sockaddr_in>() as u32;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cmsg.as_mut_ptr().cast();
-        msg.msg_controllen = size_of_val(&cmsg);
-        let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
-                _ => Err(e),
-            };
-        }
-        let ip = std::net::Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
-        let addr = SocketAddr::from((ip, u16::from_be(from.sin_port)));
-        Ok(Some((n as usize, addr, cmsg_timestamp(&msg))))
-    }
 }
 
 /// Mb/s with two decimals, or `—`.

@@ -18,6 +18,58 @@ pub(crate) const PACKET_QDISC_BYPASS: libc::c_int = 20;
 /// `SO_TIMESTAMPNS` (asm-generic/socket.h, 64-bit time on x86-64 and arm64).
 pub(crate) const SO_TIMESTAMPNS: libc::c_int = 35;
 
+/// One datagram or frame from `fd` without blocking, with its kernel receive time
+/// (`SO_TIMESTAMPNS`: ns of `CLOCK_REALTIME`, 0 if the kernel attached none) and, from an
+/// IPv4 socket, its sender. `Ok(None)`: nothing pending (or interrupted).
+pub(crate) fn recv_stamped(
+    fd: RawFd,
+    buf: &mut [u8],
+) -> io::Result<Option<(usize, Option<std::net::SocketAddrV4>, u64)>> {
+    // SAFETY: msghdr and sockaddr_storage are POD; every pointer refers to a local alive
+    // for the call, and the CMSG macros walk the control buffer the kernel filled.
+    unsafe {
+        let mut from: libc::sockaddr_storage = mem::zeroed();
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut ctrl = [0u64; 16];
+        let mut msg: libc::msghdr = mem::zeroed();
+        msg.msg_name = (&mut from as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.as_mut_ptr().cast();
+        msg.msg_controllen = size_of_val(&ctrl);
+        let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        let mut ts = 0u64;
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                ts = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+        let sender = (i32::from(from.ss_family) == libc::AF_INET).then(|| {
+            let a: libc::sockaddr_in =
+                std::ptr::read_unaligned((&from as *const libc::sockaddr_storage).cast());
+            std::net::SocketAddrV4::new(
+                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )
+        });
+        Ok(Some((n as usize, sender, ts)))
+    }
+}
+
 /// Turns a `-1` return into the thread's `errno`.
 pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {

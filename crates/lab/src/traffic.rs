@@ -1329,7 +1329,7 @@ fn recv_udp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
         if !sys::poll_in(fd, sys::ms_until(times.until).min(100))? {
             continue;
         }
-        while let Some((n, ts_rt)) = recv_with_ts(fd, &mut buf)? {
+        while let Some((n, _, ts_rt)) = sys::recv_stamped(fd, &mut buf)? {
             let now = sys::mono_ns();
             let at = if ts_rt > 0 {
                 (i128::from(ts_rt) - sys::realtime_offset_ns()).clamp(0, i128::from(now)) as u64
@@ -1348,42 +1348,6 @@ fn recv_udp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
     }
     let clock = if used_user_clock { "user" } else { "kernel" };
     Ok(sink.summary(a, &times, cbr, clock))
-}
-
-/// `recvmsg` with the `SO_TIMESTAMPNS` control message: (length, realtime ns or 0).
-fn recv_with_ts(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, u64)>> {
-    let mut ctrl = [0u64; 16];
-    // SAFETY: msghdr over local buffers alive for the call; CMSG macros walk the
-    // control buffer the kernel filled.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut msg: libc::msghdr = mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = ctrl.as_mut_ptr().cast();
-        msg.msg_controllen = size_of_val(&ctrl);
-        let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
-                _ => Err(e),
-            };
-        }
-        let mut ts = 0u64;
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == sys::SO_TIMESTAMPNS {
-                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                ts = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-        Ok(Some((n as usize, ts)))
-    }
 }
 
 fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
