@@ -500,6 +500,19 @@ impl Topology {
     /// Builds the namespaces and `n_links` links (removing stale lab namespaces of dead
     /// processes first). Everything built so far is removed if a step fails.
     pub fn create(n_links: usize) -> Result<Self> {
+        Self::create_with(n_links, Self::build)
+    }
+
+    /// Client and server namespaces only, link `i` one veth pair `c{i}` <-> `s{i}`
+    /// joining them directly (no emulator: an unshaped link, or one shaped by `tc` on
+    /// its ends); addresses and MACs as in the module docs. Removed on drop.
+    pub fn create_direct(n_links: usize) -> Result<Self> {
+        Self::create_with(n_links, Self::build_direct)
+    }
+
+    /// A topology of `n_links` links that `build` makes; everything built so far is
+    /// removed if it fails.
+    fn create_with(n_links: usize, build: fn(&mut Self) -> Result<()>) -> Result<Self> {
         if n_links == 0 || n_links > MAX_LINKS {
             bail!("{n_links} links: expected 1 to {MAX_LINKS}");
         }
@@ -521,37 +534,7 @@ impl Topology {
         // Registered before the first namespace exists, so a signal during the build
         // removes whatever was made.
         lock_live().insert(key, Role::ALL.iter().map(|&r| topo.ns(r)).collect());
-        if let Err(e) = topo.build() {
-            let _ = topo.teardown();
-            return Err(e);
-        }
-        Ok(topo)
-    }
-
-    /// Client and server namespaces only, link `i` one veth pair `c{i}` <-> `s{i}`
-    /// joining them directly (no emulator: an unshaped link, or one shaped by `tc` on
-    /// its ends); addresses and MACs as in the module docs. Removed on drop.
-    pub fn create_direct(n_links: usize) -> Result<Self> {
-        if n_links == 0 || n_links > MAX_LINKS {
-            bail!("{n_links} links: expected 1 to {MAX_LINKS}");
-        }
-        cleanup_stale().context("removing stale lab namespaces")?;
-        install_signal_cleanup();
-        let key = NEXT_ID.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{NS_PREFIX}{}-{key}", std::process::id());
-        let links: Vec<LinkAddrs> = (0..n_links)
-            .map(|i| link_addrs(i).expect("checked against MAX_LINKS above"))
-            .collect();
-        let mut topo = Self {
-            id,
-            links,
-            commands: Vec::new(),
-            offload_warnings: Vec::new(),
-            key,
-            torn_down: false,
-        };
-        lock_live().insert(key, Role::ALL.iter().map(|&r| topo.ns(r)).collect());
-        if let Err(e) = topo.build_direct() {
+        if let Err(e) = build(&mut topo) {
             let _ = topo.teardown();
             return Err(e);
         }
