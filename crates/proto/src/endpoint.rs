@@ -1201,6 +1201,8 @@ impl Endpoint {
         }
         self.refresh_views(now);
         let views = std::mem::take(&mut self.views);
+        self.overflow
+            .on_local_congestion(self.queues.overflow_congestion());
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
         let taken = self.queues.dequeue_with(now, |flow, head| {

@@ -325,6 +325,9 @@ pub(crate) struct FlowQueues {
     target: Duration,
     /// Extra target of aggregate flows ([`Self::set_aggregate_extra`]).
     aggregate_extra: Duration,
+    /// CoDel drops and marks of overflow-policy flows, cumulative
+    /// ([`Self::overflow_congestion`]).
+    overflow_congestion: u64,
     interval: Duration,
     ecn: bool,
     limit_packets: usize,
@@ -351,6 +354,7 @@ impl FlowQueues {
             quantum: config.quantum_bytes as i64,
             target: config.codel_target,
             aggregate_extra: Duration::ZERO,
+            overflow_congestion: 0,
             interval: config.codel_interval,
             ecn: config.ecn,
             limit_packets: config.limit_packets,
@@ -372,6 +376,13 @@ impl FlowQueues {
     /// would have: that queue is the price of aggregation, not a bad queue.
     pub(crate) fn set_aggregate_extra(&mut self, extra: Duration) {
         self.aggregate_extra = extra;
+    }
+
+    /// CoDel drops and marks of overflow-policy flows so far: their packets waited too
+    /// long for the primary link. Under late binding and rate control the primary's
+    /// bottleneck never overflows; this is where its overflow shows.
+    pub(crate) fn overflow_congestion(&self) -> u64 {
+        self.overflow_congestion
     }
 
     fn target_of(&self, slot: usize) -> Duration {
@@ -631,6 +642,9 @@ impl FlowQueues {
             let act = codel_act(&mut flow.codel, now, sojourn, target, interval, flow.bytes);
             if !act {
                 return true;
+            }
+            if flow.policy == PolicyKind::Overflow {
+                self.overflow_congestion += 1;
             }
             // Mark an ECN-capable head instead of dropping it; then it is sent.
             if ecn {

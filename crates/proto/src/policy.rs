@@ -346,6 +346,10 @@ pub struct Overflow {
     last_counts: Option<(LinkId, u64, u64)>,
     /// The latest cumulative peer-reported (received, lost) per link.
     reported: Vec<(LinkId, u64, u64)>,
+    /// Overflow flows' packets the binding point's queues dropped or marked because
+    /// they waited too long for the primary, cumulative, and at the last update.
+    local_congestion: u64,
+    last_local_congestion: u64,
 }
 
 impl Overflow {
@@ -396,6 +400,14 @@ impl Overflow {
             _ => (0, 0),
         };
         self.last_counts = Some((primary, received, lost));
+        // The primary's overflow as the binding point sees it: packets that waited too
+        // long for it count as lost on it (a bottleneck kept short by rate control
+        // loses nothing itself).
+        let d_local = self
+            .local_congestion
+            .saturating_sub(self.last_local_congestion);
+        self.last_local_congestion = self.local_congestion;
+        let d_lost = d_lost + d_local;
         let w_max = f64::from(p.w_max);
         if d_lost > 0 {
             self.last_loss = Some(now);
@@ -415,6 +427,15 @@ impl Overflow {
                 *w = (*w - 1.0).max(0.0);
             }
         }
+    }
+}
+
+impl Overflow {
+    /// The queues above the binding point dropped or marked `cumulative` packets of
+    /// overflow flows so far (CoDel: they waited too long for the primary); counted as
+    /// the primary's loss at the next update.
+    pub fn on_local_congestion(&mut self, cumulative: u64) {
+        self.local_congestion = cumulative;
     }
 }
 
@@ -467,8 +488,27 @@ impl BindPolicy for Overflow {
                 pick = (id, c);
             }
         }
-        if !links.iter().any(|l| l.id == pick.0 && l.has_room(now)) {
-            return Binding::Wait;
+        let room = |id: LinkId| links.iter().any(|l| l.id == id && l.has_room(now));
+        if !room(pick.0) {
+            // Work-conserving: the turn goes to the link of the round that has room and
+            // is next in line (the largest current value), so that a full link never
+            // holds back one that could send: a full primary overflows onto a secondary
+            // with room at once, and a secondary whose window is still small does not
+            // stall the primary.
+            let next = turn()
+                .filter(|&(id, _)| room(id))
+                .map(|(id, w)| {
+                    let c = current
+                        .iter()
+                        .find(|(l, _)| *l == id)
+                        .map_or(0.0, |(_, c)| *c);
+                    (id, c + w)
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            match next {
+                Some(n) => pick = n,
+                None => return Binding::Wait,
+            }
         }
         for (id, w) in turn() {
             *Self::entry(current, id) += w;
