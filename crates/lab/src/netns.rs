@@ -496,6 +496,22 @@ fn sysctls(ns: &str, settings: &[(&str, &str)]) -> Result<()> {
     .with_context(|| format!("sysctls in {ns}"))
 }
 
+/// The `ip` commands that give link `l` its addresses, bring its two ends up and pin
+/// their neighbour entries: the client's end into `client`, the server's into `server`.
+fn link_ends(l: &LinkAddrs, client: &mut Vec<String>, server: &mut Vec<String>) {
+    for (cmds, (addr, ifname), (peer, peer_mac)) in [
+        (client, (l.client, &l.client_if), (l.server, l.server_mac)),
+        (server, (l.server, &l.server_if), (l.client, l.client_mac)),
+    ] {
+        cmds.push(format!("addr add {addr}/{LINK_PREFIX_LEN} dev {ifname}"));
+        cmds.push(format!("link set {ifname} up"));
+        cmds.push(format!(
+            "neigh replace {peer} lladdr {} dev {ifname} nud permanent",
+            mac_string(peer_mac)
+        ));
+    }
+}
+
 impl Topology {
     /// Builds the namespaces and `n_links` links (removing stale lab namespaces of dead
     /// processes first). Everything built so far is removed if a step fails.
@@ -568,42 +584,19 @@ impl Topology {
         let mut client = Vec::new();
         let mut server = vec!["link set lo up".to_owned()];
         for l in &links {
-            client.push(format!(
-                "addr add {}/{LINK_PREFIX_LEN} dev {}",
-                l.client, l.client_if
-            ));
-            client.push(format!("link set {} up", l.client_if));
-            client.push(format!(
-                "neigh replace {} lladdr {} dev {} nud permanent",
-                l.server,
-                mac_string(l.server_mac),
-                l.client_if
-            ));
-            server.push(format!(
-                "addr add {}/{LINK_PREFIX_LEN} dev {}",
-                l.server, l.server_if
-            ));
-            server.push(format!("link set {} up", l.server_if));
-            server.push(format!(
-                "neigh replace {} lladdr {} dev {} nud permanent",
-                l.client,
-                mac_string(l.client_mac),
-                l.server_if
-            ));
+            link_ends(l, &mut client, &mut server);
         }
         self.batch("ip", Role::Client, &client)?;
         self.batch("ip", Role::Server, &server)?;
         for role in [Role::Client, Role::Server] {
-            let nl = Netlink::open_in(&self.ns(role))?;
-            for l in &links {
-                let name = if role == Role::Client {
-                    &l.client_if
-                } else {
-                    &l.server_if
-                };
-                let left = offloads_off(nl.ioctl_fd(), name);
-                self.offload_warnings.extend(left);
-            }
+            let names: Vec<&str> = links
+                .iter()
+                .map(|l| match role {
+                    Role::Client => l.client_if.as_str(),
+                    _ => l.server_if.as_str(),
+                })
+                .collect();
+            self.offloads_off(role, &names)?;
         }
         Ok(())
     }
@@ -666,28 +659,7 @@ impl Topology {
         let mut server = vec![format!("addr add {SERVER_APP}/32 dev lo")];
         let mut emu_cmds = vec!["link set lo up".to_owned()];
         for l in &links {
-            client.push(format!(
-                "addr add {}/{LINK_PREFIX_LEN} dev {}",
-                l.client, l.client_if
-            ));
-            client.push(format!("link set {} up", l.client_if));
-            client.push(format!(
-                "neigh replace {} lladdr {} dev {} nud permanent",
-                l.server,
-                mac_string(l.server_mac),
-                l.client_if
-            ));
-            server.push(format!(
-                "addr add {}/{LINK_PREFIX_LEN} dev {}",
-                l.server, l.server_if
-            ));
-            server.push(format!("link set {} up", l.server_if));
-            server.push(format!(
-                "neigh replace {} lladdr {} dev {} nud permanent",
-                l.client,
-                mac_string(l.client_mac),
-                l.server_if
-            ));
+            link_ends(l, &mut client, &mut server);
             emu_cmds.push(format!("link set {} up", l.emu_client_if));
             emu_cmds.push(format!("link set {} up", l.emu_server_if));
         }
@@ -695,22 +667,30 @@ impl Topology {
         self.batch("ip", Role::Server, &server)?;
         self.batch("ip", Role::Emu, &emu_cmds)?;
         for role in Role::ALL {
-            let nl = Netlink::open_in(&self.ns(role))?;
-            for l in &links {
-                let names: Vec<&str> = match role {
-                    Role::Client => vec![&l.client_if],
-                    Role::Emu => vec![&l.emu_client_if, &l.emu_server_if],
-                    Role::Server => vec![&l.server_if],
-                };
-                for name in names {
-                    let left = offloads_off(nl.ioctl_fd(), name);
-                    self.offload_warnings.extend(left);
-                    self.commands.push(format!(
-                        "# {}: {name}: gro gso tso sg tx-checksumming off (ethtool ioctls)",
-                        role.as_str()
-                    ));
-                }
-            }
+            let names: Vec<&str> = links
+                .iter()
+                .flat_map(|l| match role {
+                    Role::Client => vec![l.client_if.as_str()],
+                    Role::Emu => vec![l.emu_client_if.as_str(), l.emu_server_if.as_str()],
+                    Role::Server => vec![l.server_if.as_str()],
+                })
+                .collect();
+            self.offloads_off(role, &names)?;
+        }
+        Ok(())
+    }
+
+    /// Turns offloads off on interfaces `names` of namespace `role` (what cannot be
+    /// turned off goes to the warnings), and logs it.
+    fn offloads_off(&mut self, role: Role, names: &[&str]) -> Result<()> {
+        let nl = Netlink::open_in(&self.ns(role))?;
+        for name in names {
+            let left = offloads_off(nl.ioctl_fd(), name);
+            self.offload_warnings.extend(left);
+            self.commands.push(format!(
+                "# {}: {name}: gro gso tso sg tx-checksumming off (ethtool ioctls)",
+                role.as_str()
+            ));
         }
         Ok(())
     }
