@@ -30,8 +30,6 @@ use anyhow::{Context as _, Result, anyhow};
 
 use crate::sys;
 
-/// `ETH_P_ALL`.
-const ETH_P_ALL: u16 = 0x0003;
 /// Ethernet header length (no VLAN tags on the lab's veths).
 const ETH_HLEN: usize = 14;
 /// Bytes of IPv4 + UDP headers without options.
@@ -211,35 +209,9 @@ impl Drop for Capture {
 }
 
 fn open_packet_socket(ifname: &str) -> io::Result<OwnedFd> {
-    let ctx = |e: io::Error| io::Error::new(e.kind(), format!("packet socket on {ifname}: {e}"));
-    let fd = sys::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, 0).map_err(ctx)?;
-    let raw = fd.as_raw_fd();
-    let mut req = ifreq_for(ifname)?;
-    // SAFETY: SIOCGIFINDEX reads the name and fills the index.
-    sys::cvt(unsafe { libc::ioctl(raw, libc::SIOCGIFINDEX, &mut req) }).map_err(ctx)?;
-    // SAFETY: filled by the kernel.
-    let ifindex = unsafe { req.ifr_ifru.ifru_ifindex };
-    sys::setsockopt(raw, libc::SOL_PACKET, sys::PACKET_IGNORE_OUTGOING, &1i32).map_err(ctx)?;
-    sys::setsockopt(raw, libc::SOL_SOCKET, sys::SO_TIMESTAMPNS, &1i32).map_err(ctx)?;
-    let big: i32 = 32 << 20;
-    if sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big).is_err() {
-        sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &big).map_err(ctx)?;
-    }
-    // SAFETY: sockaddr_ll is POD.
-    let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = ETH_P_ALL.to_be();
-    sll.sll_ifindex = ifindex;
-    // SAFETY: valid sockaddr_ll of the given size.
-    sys::cvt(unsafe {
-        libc::bind(
-            raw,
-            (&sll as *const libc::sockaddr_ll).cast(),
-            size_of::<libc::sockaddr_ll>() as u32,
-        )
-    })
-    .map_err(ctx)?;
-    Ok(fd)
+    sys::packet_socket(ifname, 32 << 20)
+        .map(|(fd, _)| fd)
+        .map_err(|e| io::Error::new(e.kind(), format!("packet socket on {ifname}: {e}")))
 }
 
 /// A UDP socket bound to `port` that nobody reads much: datagrams to the port are
@@ -249,21 +221,6 @@ fn open_sink(port: u16) -> io::Result<OwnedFd> {
         .map_err(|e| io::Error::new(e.kind(), format!("UDP sink on port {port}: {e}")))?;
     s.set_nonblocking(true)?;
     Ok(OwnedFd::from(s))
-}
-
-fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
-    // SAFETY: ifreq is POD.
-    let mut req: libc::ifreq = unsafe { mem::zeroed() };
-    if name.len() >= req.ifr_name.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {name:?} too long"),
-        ));
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
-    Ok(req)
 }
 
 fn read_loop(

@@ -300,43 +300,19 @@ struct PacketSocket {
     mtu: usize,
 }
 
-const ETH_P_ALL: u16 = 0x0003;
 const ETH_HLEN: usize = 14;
 
 impl PacketSocket {
     fn open(ifname: &str) -> Result<Self> {
         let ctx = || format!("packet socket on {ifname}");
-        // Protocol 0: receive nothing until bound to the interface.
-        let fd = sys::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, 0)
-            .with_context(ctx)?;
+        let (fd, ifindex) = sys::packet_socket(ifname, 16 << 20).with_context(ctx)?;
         let raw = fd.as_raw_fd();
-        let ifindex = ifindex_of(raw, ifname).with_context(ctx)?;
         let mtu = mtu_of(raw, ifname).with_context(ctx)?;
-        sys::setsockopt(raw, libc::SOL_PACKET, sys::PACKET_IGNORE_OUTGOING, &1i32)
-            .with_context(ctx)?;
         let _ = sys::setsockopt(raw, libc::SOL_PACKET, sys::PACKET_QDISC_BYPASS, &1i32);
-        sys::setsockopt(raw, libc::SOL_SOCKET, sys::SO_TIMESTAMPNS, &1i32).with_context(ctx)?;
         let big: i32 = 16 << 20;
-        if sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big).is_err() {
-            sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &big).with_context(ctx)?;
-        }
         if sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &big).is_err() {
             sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &big).with_context(ctx)?;
         }
-        // SAFETY: sockaddr_ll is POD.
-        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL.to_be();
-        sll.sll_ifindex = ifindex;
-        // SAFETY: valid sockaddr_ll of the given size.
-        sys::cvt(unsafe {
-            libc::bind(
-                raw,
-                (&sll as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as u32,
-            )
-        })
-        .with_context(ctx)?;
         // Promiscuous, so frames for the far end's MAC are seen whatever the driver.
         // SAFETY: packet_mreq is POD.
         let mut mreq: libc::packet_mreq = unsafe { mem::zeroed() };
@@ -425,32 +401,8 @@ impl PacketSocket {
     }
 }
 
-fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
-    // SAFETY: ifreq is POD.
-    let mut req: libc::ifreq = unsafe { mem::zeroed() };
-    if name.len() >= req.ifr_name.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {name:?} too long"),
-        ));
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
-    Ok(req)
-}
-
-fn ifindex_of(fd: RawFd, name: &str) -> io::Result<i32> {
-    let mut req = ifreq_for(name)?;
-    // SAFETY: SIOCGIFINDEX reads the name and fills the index.
-    sys::cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX, &mut req) })
-        .map_err(|e| io::Error::new(e.kind(), format!("interface {name}: {e}")))?;
-    // SAFETY: filled by the kernel.
-    Ok(unsafe { req.ifr_ifru.ifru_ifindex })
-}
-
 fn mtu_of(fd: RawFd, name: &str) -> io::Result<usize> {
-    let mut req = ifreq_for(name)?;
+    let mut req = sys::ifreq_for(name)?;
     // SAFETY: SIOCGIFMTU reads the name and fills the MTU.
     sys::cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) })?;
     // SAFETY: filled by the kernel.

@@ -545,6 +545,65 @@ pub(crate) fn stop_requested() -> bool {
     STOP.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// An `ifreq` naming interface `name`.
+pub(crate) fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
+    // SAFETY: ifreq is POD.
+    let mut req: libc::ifreq = unsafe { mem::zeroed() };
+    if name.len() >= req.ifr_name.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name {name:?} too long"),
+        ));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    Ok(req)
+}
+
+/// The index of interface `name` (`SIOCGIFINDEX` on any socket `fd`).
+pub(crate) fn ifindex_of(fd: RawFd, name: &str) -> io::Result<i32> {
+    let mut req = ifreq_for(name)?;
+    // SAFETY: SIOCGIFINDEX reads the name and fills the index.
+    cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX, &mut req) })
+        .map_err(|e| io::Error::new(e.kind(), format!("interface {name}: {e}")))?;
+    // SAFETY: filled by the kernel.
+    Ok(unsafe { req.ifr_ifru.ifru_ifindex })
+}
+
+/// `ETH_P_ALL`: every protocol.
+pub(crate) const ETH_P_ALL: u16 = 0x0003;
+
+/// A non-blocking `AF_PACKET` socket bound to interface `ifname`, with kernel receive
+/// timestamps (`SO_TIMESTAMPNS`), frames this host sends on the interface left out, and a
+/// receive buffer of `rcvbuf` bytes (forced past the sysctl limit when allowed). Returns
+/// it with the interface's index.
+pub(crate) fn packet_socket(ifname: &str, rcvbuf: i32) -> io::Result<(OwnedFd, i32)> {
+    // Protocol 0: receive nothing until bound to the interface.
+    let fd = socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, 0)?;
+    let raw = fd.as_raw_fd();
+    let ifindex = ifindex_of(raw, ifname)?;
+    setsockopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32)?;
+    setsockopt(raw, libc::SOL_SOCKET, SO_TIMESTAMPNS, &1i32)?;
+    if setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err() {
+        setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf)?;
+    }
+    // SAFETY: sockaddr_ll is POD.
+    let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = ETH_P_ALL.to_be();
+    sll.sll_ifindex = ifindex;
+    // SAFETY: a valid sockaddr_ll of the given size.
+    cvt(unsafe {
+        libc::bind(
+            raw,
+            (&sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as u32,
+        )
+    })?;
+    Ok((fd, ifindex))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
