@@ -7,18 +7,12 @@
 //! paired; the probe lands near a known rate, with a loose bound), not timing figures:
 //! those belong to docs/RESULTS.md section 9.
 
+mod common;
+
 use std::process::Command;
 
 fn root_or_skip(name: &str) -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name}: needs root, and CI=true"
-    );
-    eprintln!("{name}: skipped: needs root (network namespaces, AF_PACKET)");
-    false
+    common::root_or_skip(name, "network namespaces, AF_PACKET")
 }
 
 fn latebind(args: &[&str]) -> serde_json::Value {

@@ -6,6 +6,8 @@
 //! Addresses are in 198.18.0.0/15 (benchmarking range) and 10.77.0.0/24 (the tunnel), all
 //! inside the namespaces; nothing is sent anywhere else.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
@@ -17,15 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sched::{CloneFlags, setns};
 
 fn root_or_skip(name: &str) -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name}: needs root, and CI=true"
-    );
-    eprintln!("{name}: skipped: needs root (network namespaces, TUN)");
-    false
+    common::root_or_skip(name, "network namespaces, TUN")
 }
 
 fn bin() -> &'static str {
