@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use crate::time::Instant;
 
 /// Bytes of one full-size packet.
-pub(crate) const MSS: f64 = 1500.0;
+const MSS: f64 = 1500.0;
 /// Smallest window: enough for a packet below the binding point, one in flight and an
 /// acknowledgement's worth of slack.
 const MIN_CWND: f64 = 4.0 * MSS;
