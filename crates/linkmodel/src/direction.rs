@@ -138,7 +138,8 @@ enum Step {
 #[derive(Debug)]
 pub struct LinkDirection<T> {
     params: LinkParams,
-    start: Duration,
+    /// Trace: the trace's time minus the model's (see [`Self::new`]).
+    trace_shift: Duration,
     rng: ChaCha8Rng,
     /// Latest time the model has been advanced to.
     now: Duration,
@@ -184,9 +185,22 @@ impl<T> LinkDirection<T> {
                 _ => outages.push((s, e)),
             }
         }
+        // A trace runs before `start` too (a warm-up, e.g. the lab's handshake before
+        // scenario time 0), as the periods before it: the model's time `t` is the trace's
+        // `t + trace_shift`, where `trace_shift` is `start` rounded up to whole periods
+        // minus `start`, so scenario time 0 is still the trace's time 0 (mod its period).
+        let (trace_shift, cursor) = match &params.rate {
+            Rate::Trace(trace) if !start.is_zero() => {
+                let period = trace.period().as_nanos();
+                let periods = start.as_nanos().div_ceil(period);
+                let shift = Duration::from_nanos((periods * period - start.as_nanos()) as u64);
+                (shift, trace.first_at_or_after(shift))
+            }
+            _ => (Duration::ZERO, 0),
+        };
         Self {
             params,
-            start,
+            trace_shift,
             rng: ChaCha8Rng::seed_from_u64(seed),
             now: Duration::ZERO,
             next_id: 0,
@@ -197,7 +211,7 @@ impl<T> LinkDirection<T> {
             outages,
             next_outage: 0,
             out: false,
-            cursor: 0,
+            cursor,
             stats: LinkStats::default(),
         }
     }
@@ -307,7 +321,9 @@ impl<T> LinkDirection<T> {
         let serializer = self.serving.as_ref().map(|s| match &self.params.rate {
             Rate::Fixed { .. } => (s.done_at, Step::Serialized),
             Rate::Trace(trace) => (
-                self.start.saturating_add(trace.offset_of(self.cursor)),
+                trace
+                    .offset_of(self.cursor)
+                    .saturating_sub(self.trace_shift),
                 Step::Opportunity,
             ),
         });
@@ -327,8 +343,12 @@ impl<T> LinkDirection<T> {
             }
             Rate::Trace(trace) => {
                 // Opportunities that passed while idle are wasted.
-                if self.start.saturating_add(trace.offset_of(self.cursor)) < at {
-                    let k = trace.first_at_or_after(at.saturating_sub(self.start));
+                if trace
+                    .offset_of(self.cursor)
+                    .saturating_sub(self.trace_shift)
+                    < at
+                {
+                    let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
                     self.cursor = self.cursor.max(k);
                 }
                 at
@@ -916,6 +936,50 @@ mod tests {
             (got / expected - 1.0).abs() < 0.02,
             "{got} bits vs {expected}"
         );
+    }
+
+    /// A link started `start` after the model's origin (a warm-up) carries packets
+    /// before `start`, and from `start` on delivers at the same instants, relative to
+    /// `start`, as a link without warm-up.
+    #[test]
+    fn trace_runs_during_the_warm_up_and_stays_aligned_after_it() {
+        // Period 10 ms, opportunities at 3 and 7 ms (and 10, the period's end).
+        let params = trace_params("3\n7\n10\n");
+        let deliveries = |start: Duration| {
+            let mut link = LinkDirection::new(params.clone(), 1, start);
+            let mut times = Vec::new();
+            for k in 0..40u64 {
+                let t = Duration::from_millis(k);
+                link.handle_timeout(t);
+                link.enqueue(t, 1500, ()).unwrap();
+                while let Some(at) = link.poll_timeout().filter(|&at| at <= t) {
+                    link.handle_timeout(at);
+                }
+                while let Some(e) = link.poll_event() {
+                    if let LinkEvent::Delivered { at, .. } = e {
+                        times.push(at);
+                    }
+                }
+            }
+            times
+        };
+        let plain = deliveries(Duration::ZERO);
+        let start = Duration::from_millis(25);
+        let warm = deliveries(start);
+        assert!(
+            warm.iter().any(|&at| at < start),
+            "nothing before start: {warm:?}"
+        );
+        let after: Vec<_> = warm
+            .iter()
+            .filter(|&&at| at >= start)
+            .map(|&at| (at - start).as_millis() % 10)
+            .collect();
+        assert!(!after.is_empty());
+        let phases: Vec<_> = plain.iter().map(|at| at.as_millis() % 10).collect();
+        for p in &after {
+            assert!(phases.contains(p), "phase {p} not in {phases:?}");
+        }
     }
 
     #[test]
