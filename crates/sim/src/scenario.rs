@@ -199,6 +199,12 @@ pub struct LateKnobs {
     /// Default true.
     #[serde(default = "yes")]
     pub rate_control: bool,
+    /// Longest queueing delay rate control keeps at a link's bottleneck, ms. Default 20.
+    #[serde(default = "default_rc_max_queue_ms")]
+    pub rate_control_max_queue_ms: f64,
+    /// CoDel target sojourn of a per-flow queue, ms. Default 5.
+    #[serde(default = "default_codel_target_ms")]
+    pub codel_target_ms: f64,
 }
 
 /// `[[late.rules]]`: flows to a policy. Every key set must match.
@@ -269,6 +275,17 @@ fn default_reinjection() -> String {
     latebind_proto::Config::default().reinjection.name().into()
 }
 
+fn default_rc_max_queue_ms() -> f64 {
+    latebind_proto::Config::default()
+        .rate_control_max_queue
+        .as_secs_f64()
+        * 1e3
+}
+
+fn default_codel_target_ms() -> f64 {
+    latebind_proto::Config::default().codel_target.as_secs_f64() * 1e3
+}
+
 fn default_rej_min_ms() -> f64 {
     latebind_proto::Config::default().rej_min.as_secs_f64() * 1e3
 }
@@ -277,6 +294,16 @@ impl LateKnobs {
     /// The reinjection timer (validated when the scenario is loaded).
     pub fn reinjection_timer(&self) -> latebind_proto::ReinjectTimer {
         self.reinjection.parse().unwrap_or_default()
+    }
+
+    /// `rate_control_max_queue_ms` as a duration.
+    pub fn rate_control_max_queue(&self) -> core::time::Duration {
+        core::time::Duration::from_secs_f64(self.rate_control_max_queue_ms / 1e3)
+    }
+
+    /// `codel_target_ms` as a duration.
+    pub fn codel_target(&self) -> core::time::Duration {
+        core::time::Duration::from_secs_f64(self.codel_target_ms / 1e3)
     }
 
     /// The reinjection timer's floor.
@@ -345,6 +372,8 @@ impl Default for LateKnobs {
             overflow: OverflowToml::default(),
             redundant_links: 2,
             rate_control: true,
+            rate_control_max_queue_ms: default_rc_max_queue_ms(),
+            codel_target_ms: default_codel_target_ms(),
         }
     }
 }
@@ -711,6 +740,17 @@ impl Scenario {
                 s.late.rej_min_ms,
                 "a time from 0 to 10000 ms",
             ));
+        }
+        for (key, v) in [
+            (
+                "late.rate_control_max_queue_ms",
+                s.late.rate_control_max_queue_ms,
+            ),
+            ("late.codel_target_ms", s.late.codel_target_ms),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 10_000.0) {
+                return Err(self.invalid(key.into(), v, "a time above 0 and up to 10000 ms"));
+            }
         }
         if s.early.qdisc_packets + s.early.driver_packets == 0 {
             return Err(self.invalid(

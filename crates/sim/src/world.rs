@@ -379,6 +379,8 @@ impl World {
                     c.overflow = spec.late.overflow_params();
                     c.redundant_links = spec.late.redundant_links;
                     c.rate_control = spec.late.rate_control;
+                    c.rate_control_max_queue = spec.late.rate_control_max_queue();
+                    c.codel_target = spec.late.codel_target();
                 }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {
