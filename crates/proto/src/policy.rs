@@ -257,13 +257,16 @@ impl BindPolicy for MinRtt {
 pub struct Aggregate;
 
 impl Aggregate {
-    /// A link's drain rate, bytes per second: the interface's measured rate, else the
+    /// A link's drain rate, bytes per second: the slower of the interface's measured
+    /// rate and the rate control's estimate of the bottleneck (a link whose bottleneck
+    /// is in the network drains at the latter however fast its interface is), else the
     /// acknowledged delivery rate, else unknown (0).
     fn rate(l: &LinkView) -> f64 {
-        if l.tx_rate > 0.0 {
-            l.tx_rate
-        } else {
-            l.delivery_rate
+        match (l.tx_rate > 0.0, l.cc_rate > 0.0) {
+            (true, true) => l.tx_rate.min(l.cc_rate),
+            (true, false) => l.tx_rate,
+            (false, true) => l.cc_rate,
+            (false, false) => l.delivery_rate,
         }
     }
 }
@@ -643,6 +646,28 @@ mod tests {
             Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
             Binding::Link(LinkId(1)),
             "90 ms of backlog: the slow link delivers this packet sooner"
+        );
+    }
+
+    #[test]
+    fn aggregate_drains_the_best_link_at_its_bottleneck_rate_not_its_interface_rate() {
+        // The best link's interface sends at 1 Gbit/s, but rate control measured its
+        // bottleneck (further on, in the network) at 5 Mbit/s: 40 packets of backlog take
+        // 90 ms through it, so the slower link carries some of them.
+        let mut best = view(0, 20, 2);
+        best.tx_rate = 125_000_000.0;
+        best.cc_rate = 625_000.0;
+        let links = [best, view(1, 60, 0)];
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            Binding::Link(LinkId(1))
+        );
+        // Without the bottleneck's rate, the interface's says the backlog drains at once.
+        let mut fast = links[0];
+        fast.cc_rate = 0.0;
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[fast, links[1]]),
+            Binding::Wait
         );
     }
 
