@@ -461,10 +461,9 @@ impl Endpoint {
             id,
             config,
             self.config.initial_rtt,
-            self.config.rate_control.then_some((
-                self.config.rate_control_max_queue,
-                self.config.max_ack_delay,
-            )),
+            self.config
+                .rate_control
+                .then_some(self.config.rate_control_max_queue),
             now,
         );
         let pos = self.links.partition_point(|l| l.id < id);

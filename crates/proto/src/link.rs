@@ -463,11 +463,10 @@ impl Link {
         id: LinkId,
         config: LinkConfig,
         initial_rtt: Duration,
-        rate_control: Option<(Duration, Duration)>,
+        rate_control: Option<Duration>,
         now: Instant,
     ) -> Self {
-        let cc = rate_control
-            .map(|(max_queue, ack_delay)| Controller::new(now, initial_rtt, max_queue, ack_delay));
+        let cc = rate_control.map(|max_queue| Controller::new(now, initial_rtt, max_queue));
         let mut pacer = Pacer::new(config.pacing_rate);
         if let Some(c) = &cc {
             pacer.set_rate(now, Self::paced_rate(config.pacing_rate, c));
