@@ -44,7 +44,8 @@ pub struct Config {
     pub budget_packets: usize,
     /// DRR quantum in bytes. Default 1514.
     pub quantum_bytes: usize,
-    /// CoDel target sojourn time of a per-flow queue. Default 5 ms.
+    /// CoDel target sojourn time of a per-flow queue. Default 5 ms. The target in force
+    /// is the larger of this and a tenth of the interval in force (10 ms at 100 ms).
     pub codel_target: Duration,
     /// Lower bound of the CoDel interval. Default 100 ms. The interval in force is the larger
     /// of this and `codel_rtt_factor` times the largest smoothed RTT of the links that are

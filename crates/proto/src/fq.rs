@@ -34,6 +34,9 @@ pub(crate) struct Queued {
 /// "No node" / "no slot" in the `u32` links of the packet store and the flow index.
 const NIL: u32 = u32::MAX;
 
+/// The CoDel target in force is at least the interval in force over this.
+const TARGET_PER_INTERVAL: u32 = 10;
+
 /// An entry of the packet store: a queued packet and the next one of its flow, or, while
 /// free, the next free entry.
 #[derive(Debug)]
@@ -322,7 +325,10 @@ pub(crate) struct FlowQueues {
     next_flow_id: u32,
     overflow_slot: Option<usize>,
     quantum: i64,
+    /// CoDel target in force ([`Self::set_interval`]).
     target: Duration,
+    /// The configured CoDel target, the least in force.
+    configured_target: Duration,
     /// Extra target of aggregate flows ([`Self::set_aggregate_extra`]).
     aggregate_extra: Duration,
     /// CoDel drops and marks of overflow-policy flows, cumulative
@@ -352,7 +358,10 @@ impl FlowQueues {
             next_flow_id: 1,
             overflow_slot: None,
             quantum: config.quantum_bytes as i64,
-            target: config.codel_target,
+            target: config
+                .codel_target
+                .max(config.codel_interval / TARGET_PER_INTERVAL),
+            configured_target: config.codel_target,
             aggregate_extra: Duration::ZERO,
             overflow_congestion: 0,
             interval: config.codel_interval,
@@ -365,9 +374,16 @@ impl FlowQueues {
         }
     }
 
-    /// Sets the CoDel interval in force (derived from the links' RTT by the endpoint).
+    /// Sets the CoDel interval in force (derived from the links' RTT by the endpoint),
+    /// and with it the target: the configured one, or a tenth of the interval if that is
+    /// longer (RFC 8289 4.4 sets the target at 5-10 % of the interval). Under fair
+    /// queueing each flow's queue is a single flow's bottleneck, and a single TCP flow
+    /// leaves its link idle after each back-off unless its queue holds a good part of its
+    /// round trip: at the 5 % end, one download behind rate control got 88 % of a
+    /// 10 Mb/s, 40 ms path, at 10 %, 90 %. The longer queue delays only that flow.
     pub(crate) fn set_interval(&mut self, interval: Duration) {
         self.interval = interval;
+        self.target = self.configured_target.max(interval / TARGET_PER_INTERVAL);
     }
 
     /// Sets the extra CoDel target of aggregate flows: the one-way delay spread of the
