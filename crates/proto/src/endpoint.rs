@@ -265,9 +265,11 @@ impl Endpoint {
             t_report: config.loss_report_interval,
             ..config.overflow
         });
+        let mut reorder = Reorder::new(config.reorder_limit_packets, config.hash_seed);
+        reorder.max_extra = config.reorder_hold_max;
         Ok(Self {
             queues: FlowQueues::new(&config),
-            reorder: Reorder::new(config.reorder_limit_packets, config.hash_seed),
+            reorder,
             codel_interval: config.codel_interval,
             next_loss_report: now + config.loss_report_interval,
             next_housekeeping: now + Duration::from_secs(1),
@@ -354,8 +356,14 @@ impl Endpoint {
         self.reorder.held()
     }
 
-    /// The reorder hold time now in force.
+    /// The reorder hold time in force (as of the last call to `poll_transmit`).
     pub fn hold_time(&self) -> Duration {
+        self.hold_time_at(self.last_poll)
+    }
+
+    /// The reorder hold time in force at `now`: the links' delay spread and variation,
+    /// plus what a late packet showed they missed ([`Reorder::extra_hold`]).
+    fn hold_time_at(&self, now: Instant) -> Duration {
         if let Some(h) = self.config.reorder_hold {
             return h;
         }
@@ -379,7 +387,7 @@ impl Endpoint {
             .map(|l| l.rtt.min / 2)
             .min()
             .unwrap_or_default();
-        (slowest.saturating_sub(fastest) + self.config.max_ack_delay)
+        (slowest.saturating_sub(fastest) + self.config.max_ack_delay + self.reorder.extra_hold(now))
             .clamp(self.config.reorder_hold_min, self.config.reorder_hold_max)
     }
 
@@ -699,7 +707,7 @@ impl Endpoint {
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(data.payload);
-        let hold = self.hold_time();
+        let hold = self.hold_time_at(now);
         self.reorder.insert(now, hold, flow, fseq, buf);
     }
 

@@ -117,6 +117,8 @@ struct RxFlow {
     /// Deadline registered in `Reorder::due` for this flow.
     due: Option<Instant>,
     last_active: Instant,
+    /// When a gap of this flow was last given up.
+    skipped_at: Option<Instant>,
 }
 
 /// Per-flow reorder buffers.
@@ -126,8 +128,17 @@ pub(crate) struct Reorder {
     due: BTreeSet<(Instant, FlowId)>,
     out: VecDeque<Vec<u8>>,
     limit: usize,
+    /// How much longer than the hold time in force the latest late packet would have
+    /// needed ([`Self::extra_hold`]), and when it came.
+    late_by: Duration,
+    late_at: Instant,
+    /// Most that [`Self::extra_hold`] learns (the endpoint's longest hold).
+    pub(crate) max_extra: Duration,
     pub(crate) stats: ReorderStats,
 }
+
+/// The extra hold learnt from a late packet halves every this long without another.
+const LATE_HALF_LIFE: Duration = Duration::from_secs(10);
 
 impl Reorder {
     pub(crate) fn new(limit: usize, hash_seed: u64) -> Self {
@@ -136,8 +147,23 @@ impl Reorder {
             due: BTreeSet::new(),
             out: VecDeque::new(),
             limit,
+            late_by: Duration::ZERO,
+            late_at: Instant::ZERO,
+            max_extra: Duration::MAX,
             stats: ReorderStats::default(),
         }
+    }
+
+    /// What to add to the hold time computed from the links' delays: as late as the
+    /// latest packet that arrived after its gap had been given up, halving every
+    /// [`LATE_HALF_LIFE`] since. A gap given up too early is a packet the inner flow
+    /// takes for lost (a TCP retransmits, a TCP without SACK or RACK may wait for its
+    /// RTO); the delay estimate missed a queue that once held that packet, and the next
+    /// may be held as long (as RACK widens its reordering window on a spurious
+    /// retransmission, RFC 8985 6.2).
+    pub(crate) fn extra_hold(&self, now: Instant) -> Duration {
+        let halvings = ((now - self.late_at).as_nanos() / LATE_HALF_LIFE.as_nanos()).min(63);
+        self.late_by / (1u32 << (halvings as u32).min(31))
     }
 
     /// The flow sequence number `flow` expects next (0 for a flow not seen yet).
@@ -164,10 +190,16 @@ impl Reorder {
             held: BTreeMap::new(),
             due: None,
             last_active: now,
+            skipped_at: None,
         });
         f.last_active = now;
         if seq < f.next {
             self.stats.late_delivered += 1;
+            if let Some(t) = f.skipped_at {
+                // The hold in force then was short by `now - t`.
+                self.late_by = ((now - t) + self.extra_hold(now)).min(self.max_extra);
+                self.late_at = now;
+            }
             self.out.push_back(data);
             return;
         }
@@ -214,6 +246,9 @@ impl Reorder {
             let held = f.held.range(f.next..seq).count() as u64;
             let missing = (seq - f.next) - held;
             stats.gaps_skipped += missing;
+            if missing > 0 {
+                f.skipped_at = Some(now);
+            }
         }
         // Release everything held up to `seq`, in order.
         while let Some((&s, _)) = f.held.first_key_value() {
@@ -371,6 +406,33 @@ mod tests {
         // In order again after it.
         r.insert(t(61), HOLD, FlowId(1), 2, vec![2]);
         assert_eq!(drain(&mut r), vec![2]);
+    }
+
+    #[test]
+    fn a_late_packet_lengthens_the_hold_by_its_lateness_then_it_decays() {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = Duration::from_millis(500);
+        assert_eq!(r.extra_hold(t(0)), Duration::ZERO);
+        r.insert(t(0), HOLD, FlowId(1), 1, vec![1]);
+        r.handle_timeout(t(50));
+        // Packet 0 comes 12 ms after its gap was given up: the hold was 12 ms short.
+        r.insert(t(62), HOLD, FlowId(1), 0, vec![0]);
+        assert_eq!(r.extra_hold(t(62)), Duration::from_millis(12));
+        // Halved after the half-life without another late packet, and so on.
+        let later = t(62) + LATE_HALF_LIFE;
+        assert_eq!(r.extra_hold(later), Duration::from_millis(6));
+        assert_eq!(
+            r.extra_hold(later + LATE_HALF_LIFE),
+            Duration::from_millis(3)
+        );
+        // A packet arriving in order teaches nothing.
+        r.insert(later, HOLD, FlowId(1), 2, vec![2]);
+        assert_eq!(r.extra_hold(later), Duration::from_millis(6));
+        // Nor does a reordered one that arrives within the hold.
+        r.insert(later, HOLD, FlowId(2), 1, vec![1]);
+        r.insert(later, HOLD, FlowId(2), 0, vec![0]);
+        assert_eq!(r.extra_hold(later), Duration::from_millis(6));
+        assert_eq!(r.stats.late_delivered, 1);
     }
 
     #[test]
