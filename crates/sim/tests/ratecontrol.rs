@@ -20,8 +20,8 @@ fn probe_stays_near_idle_beside_a_saturating_download() {
     let bulk = flow(&r, "bulk");
     assert_eq!(probe.lost, 0, "{probe:?}");
     assert!(probe.latency_ms.p99 <= IDLE_MS + 10.0, "{probe:?}");
-    // The issue asks for 90 %; the controller reaches 88 % (docs/RESULTS.md section 10).
-    assert!(bulk.goodput_mbps >= 0.85 * 10.0, "{bulk:?}");
+    // The issue's 90 % (measured 90.8 %, docs/RESULTS.md section 10).
+    assert!(bulk.goodput_mbps >= 0.9 * 10.0, "{bulk:?}");
     // Without rate control the download fills the network's FIFO, as the plain path
     // does: the same test measures the feature, not the scenario.
     let off = run(&with(&s, &["late.rate_control=false"]), Mode::Late).unwrap();
@@ -46,12 +46,12 @@ fn upload_through_a_hidden_bottleneck_on_another_path() {
     );
     let r = run(&s, Mode::Late).unwrap();
     let probe = flow(&r, "probe");
-    // Measured: p95 +6.6 ms, p99 +13 ms over the idle 35.1 ms, 79.5 % of the link
+    // Measured: p95 +1.6 ms, p99 +7.4 ms over the idle 35.1 ms, 86.8 % of the link
     // (docs/RESULTS.md section 10).
     assert!(probe.latency_ms.p95 <= 35.1 + 10.0, "{probe:?}");
-    assert!(probe.latency_ms.p99 <= 35.1 + 20.0, "{probe:?}");
+    assert!(probe.latency_ms.p99 <= 35.1 + 10.0, "{probe:?}");
     let bulk = flow(&r, "bulk");
-    assert!(bulk.goodput_mbps >= 0.75 * 25.0, "{bulk:?}");
+    assert!(bulk.goodput_mbps >= 0.85 * 25.0, "{bulk:?}");
     // The plain path: the modem's FIFO fills.
     let plain = run(&s, Mode::Early).unwrap();
     assert!(flow(&plain, "probe").latency_ms.p95 > 200.0);
