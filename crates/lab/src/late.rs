@@ -326,6 +326,8 @@ pub fn engine_report(
             client.map_or(0.0, |s| s.hold_ms),
             server.map_or(0.0, |s| s.hold_ms),
         ],
+        // Sampled by the simulator's event loop only.
+        short_backlog_pct: None,
     }
 }
 

@@ -18,4 +18,4 @@ pub mod world;
 
 pub use report::{Report, compare_table, run};
 pub use scenario::{Scenario, ScenarioError};
-pub use world::{Mode, Outcome, World};
+pub use world::{BacklogTally, Mode, Outcome, World};

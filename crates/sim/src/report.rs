@@ -140,6 +140,10 @@ pub struct EngineReport {
     pub malformed: u64,
     /// Hold time in force at the end (client, server), ms.
     pub hold_ms: [f64; 2],
+    /// Share of 10 ms samples in which the per-flow queues above the binding point held
+    /// two full-size packets or less (client, server), %: the inner flows, not the
+    /// links' windows, set the pace then. Simulator only (`None` in the lab).
+    pub short_backlog_pct: Option<[f64; 2]>,
 }
 
 /// A run's report.
@@ -299,6 +303,11 @@ impl Report {
                     round3(c.hold_time().as_secs_f64() * 1e3),
                     round3(s.hold_time().as_secs_f64() * 1e3),
                 ],
+                short_backlog_pct: Some(
+                    outcome
+                        .backlog
+                        .map(|b| round3(b.short as f64 / b.samples.max(1) as f64 * 100.0)),
+                ),
             }
         });
         Self {

@@ -980,5 +980,27 @@ rate_mbps = 1.0
             .unwrap_err()
             .to_string();
         assert!(e.contains("late.rej_min_ms = -1"), "{e}");
+        for key in ["late.codel_target_ms", "late.rate_control_max_queue_ms"] {
+            let set = format!("{key}=0.0");
+            let e = s.with_overrides([set.as_str()]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{key} = 0")) && e.contains("a time above 0"),
+                "{e}"
+            );
+        }
+        let ok = s
+            .with_overrides([
+                "late.codel_target_ms=20.0",
+                "late.rate_control_max_queue_ms=40",
+            ])
+            .unwrap();
+        assert_eq!(
+            ok.spec.late.codel_target(),
+            core::time::Duration::from_millis(20)
+        );
+        assert_eq!(
+            ok.spec.late.rate_control_max_queue(),
+            core::time::Duration::from_millis(40)
+        );
     }
 }

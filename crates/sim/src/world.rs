@@ -121,6 +121,17 @@ pub struct CcTally {
 /// How often the rate-control state is sampled for the report.
 pub const CC_SAMPLE: Duration = Duration::from_millis(10);
 
+/// Samples (every 10 ms of a run in mode late, while some link is up) of one engine's
+/// per-flow queues above the binding point.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BacklogTally {
+    /// Samples taken.
+    pub samples: u64,
+    /// Samples in which the queues held two full-size packets or less: the inner flows,
+    /// not the links' windows, set the pace then.
+    pub short: u64,
+}
+
 /// A finished run, ready for the report.
 pub struct Outcome {
     /// The mode.
@@ -135,6 +146,8 @@ pub struct Outcome {
     pub cuts: Vec<Cut>,
     /// The engines (mode late): client, server.
     pub engines: Option<(Endpoint, Endpoint)>,
+    /// How often each engine's queues above the binding point ran short (client, server).
+    pub backlog: [BacklogTally; 2],
     /// Steps the event loop took.
     pub steps: u64,
     /// Steps where no component had anything to do at the time it asked for (the loop
@@ -190,6 +203,7 @@ pub struct World {
     buf: Vec<u8>,
     steps: u64,
     stalls: u64,
+    backlog: [BacklogTally; 2],
 }
 
 /// `LATEBIND_SIM_TRACE=MS`: every MS milliseconds of simulated time, both engines' link
@@ -417,6 +431,7 @@ impl World {
             buf: Vec::with_capacity(2048),
             steps: 0,
             stalls: 0,
+            backlog: [BacklogTally::default(); 2],
         })
     }
 
@@ -475,6 +490,7 @@ impl World {
             links: self.links.into_iter().map(|l| l.tally).collect(),
             cuts: self.cuts,
             engines: self.client.zip(self.server),
+            backlog: self.backlog,
             steps: self.steps,
             stalls: self.stalls,
         }
@@ -513,7 +529,16 @@ impl World {
     fn sample_rate_control(&mut self, t: Duration) {
         for (side, e) in [&self.client, &self.server].into_iter().enumerate() {
             let Some(e) = e else { continue };
-            for v in e.link_views(now_i(t)) {
+            let views = e.link_views(now_i(t));
+            if views
+                .iter()
+                .any(|v| v.state == latebind_proto::LinkState::Up)
+            {
+                let b = &mut self.backlog[side];
+                b.samples += 1;
+                b.short += u64::from(e.queued_bytes() <= 2 * 1500);
+            }
+            for v in views {
                 let Some(l) = self.links.get_mut(usize::from(v.id.0)) else {
                     continue;
                 };
