@@ -392,7 +392,15 @@ impl World {
                     Endpoint::new(sc, now_i(Duration::ZERO)).expect("same config validated");
                 for i in 0..links.len() {
                     let id = LinkId(i as u16);
-                    c.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
+                    let pacing_rate = scenario.spec.late.pacing_rate_mbps.map(|r| r * 1e6 / 8.0);
+                    c.add_link(
+                        now_i(Duration::ZERO),
+                        id,
+                        LinkConfig {
+                            pacing_rate,
+                            ..LinkConfig::default()
+                        },
+                    );
                     s.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
                 }
                 (Some(c), Some(s))
