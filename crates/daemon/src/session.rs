@@ -396,3 +396,151 @@ pub fn sent(r: io::Result<usize>) -> Sent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use latebind_crypto::{Initiator, Responder, StaticSecret};
+    use latebind_proto::{Config, LinkChange, LinkConfig, Role};
+
+    use super::*;
+
+    const SESSION: u32 = 0x5e55_1011;
+
+    /// Records what the session hands over; every datagram goes to the stage.
+    #[derive(Default)]
+    struct FakeIo {
+        dispatched: Vec<(LinkId, Instant, usize)>,
+        sent_now: usize,
+    }
+
+    impl LinkIo for FakeIo {
+        fn send(&mut self, _link: LinkId, _datagram: &[u8]) -> Sent {
+            self.sent_now += 1;
+            Sent::Ok
+        }
+
+        fn queued(&self, _link: LinkId) -> Option<usize> {
+            None
+        }
+
+        fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
+            self.dispatched.push((link, at, datagram.len()));
+            true
+        }
+    }
+
+    /// A client session with one link paced at 1 MB/s, keys installed, and `n` inner
+    /// packets queued.
+    fn session(n: u32) -> Session {
+        let mut config = Config::new(Role::Client);
+        config.session(SESSION).budget_packets(4);
+        config.rate_control = false;
+        let mut e = Endpoint::new(config, Instant::ZERO).unwrap();
+        e.add_link(
+            Instant::ZERO,
+            LinkId(0),
+            LinkConfig {
+                pacing_rate: Some(1e6),
+                backup: false,
+            },
+        );
+        let mut s = Session::new(e);
+        let (client, server) = (
+            StaticSecret::from_random_bytes([1; 32]),
+            StaticSecret::from_random_bytes([2; 32]),
+        );
+        let mut responder = Responder::new(server.clone(), vec![client.public_key()]);
+        let (mut init, initiation) = Initiator::new(
+            &client,
+            &server.public_key(),
+            SESSION,
+            0,
+            0,
+            Duration::from_secs(1_700_000_000),
+            [3; 32],
+        )
+        .unwrap();
+        let accepted = responder.handle_initiation(&initiation, [4; 32]).unwrap();
+        assert!(s.install(
+            Instant::ZERO,
+            init.handle_response(&accepted.response).unwrap()
+        ));
+        for seq in 0..n {
+            s.engine
+                .handle_tun_packet(Instant::ZERO, &udp(seq))
+                .unwrap();
+        }
+        s
+    }
+
+    /// A minimal IPv4/UDP packet 10.0.0.1:4000 -> 10.0.0.2:9 of 500 bytes.
+    fn udp(seq: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 500];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&500u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&4000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&9u16.to_be_bytes());
+        p[24..26].copy_from_slice(&480u16.to_be_bytes());
+        p[28..32].copy_from_slice(&seq.to_be_bytes());
+        p
+    }
+
+    fn below(s: &Session, now: Instant) -> usize {
+        s.engine.link_views(now)[0].below_binding
+    }
+
+    #[test]
+    fn dispatched_datagrams_stay_below_the_binding_point_until_reported() {
+        let mut s = session(10);
+        s.set_dispatch(Some(Duration::from_millis(5)));
+        let now = Instant::from_nanos(1_000_000);
+        let mut io = FakeIo::default();
+        s.pump(now, &mut io, |_| true);
+        let n = io.dispatched.len();
+        assert_eq!(n, 4, "the budget bounds what is bound ahead");
+        assert_eq!(io.sent_now, 0);
+        assert!(io.dispatched.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert_eq!(below(&s, now), n);
+        assert_eq!(s.counters.dispatched, n as u64);
+        for (i, &(link, at, len)) in io.dispatched.iter().enumerate() {
+            s.on_dispatched(at, link, len, i != 0, None);
+            assert_eq!(below(&s, at), n - i - 1);
+        }
+        assert_eq!((s.counters.sent, s.counters.send_errors), (3, 1));
+    }
+
+    #[test]
+    fn reports_of_datagrams_dropped_with_their_interface_are_no_departures() {
+        let mut s = session(10);
+        s.set_dispatch(Some(Duration::from_millis(5)));
+        let now = Instant::from_nanos(1_000_000);
+        let mut io = FakeIo::default();
+        s.pump(now, &mut io, |_| true);
+        let stale = io.dispatched.len();
+        // The interface goes down and comes back before the sender thread reports.
+        s.drop_held(LinkId(0));
+        s.engine
+            .handle_link_change(now, LinkId(0), LinkChange::Down);
+        assert_eq!(s.held_dropped(LinkId(0)), stale as u64);
+        s.engine.handle_link_change(now, LinkId(0), LinkChange::Up);
+        let later = Instant::from_nanos(20_000_000);
+        let mut io2 = FakeIo::default();
+        s.pump(later, &mut io2, |_| true);
+        let fresh = io2.dispatched.len();
+        assert!(fresh > 0);
+        assert_eq!(below(&s, later), fresh);
+        // The old reports arrive: the new datagrams are still below the binding point.
+        for &(link, at, len) in &io.dispatched {
+            s.on_dispatched(later.max(at), link, len, true, None);
+        }
+        assert_eq!(below(&s, later), fresh);
+        for &(link, at, len) in &io2.dispatched {
+            s.on_dispatched(at, link, len, true, None);
+        }
+        assert_eq!(below(&s, later), 0);
+    }
+}
