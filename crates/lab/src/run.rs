@@ -57,6 +57,10 @@
 //!   the qdisc's backlog at the cut plus the bound datagrams the client daemon still
 //!   held for that link (its status's `held_dropped`).
 //! - The report's `engine` is both daemons' counters, read just before they stop.
+//! - With `capture_departures`, a capture on `ec0` (the emulator's side of link 0,
+//!   kernel timestamps) compares the spacing of the tunnel's data datagrams with
+//!   `[late] pacing_rate_mbps` (`departures.json`, and a note): the dispatch stage's
+//!   departure accuracy (docs/RESULTS.md 9.7).
 //!
 //! # Mode `mptcp` (kernel multipath TCP; details in [`crate::mptcp`])
 //!
