@@ -199,12 +199,13 @@ pub struct LateKnobs {
     /// Default true.
     #[serde(default = "yes")]
     pub rate_control: bool,
-    /// Lab only: the client daemon's dispatch stage (packets bound `dispatch_horizon_us`
-    /// before their pacing slot and sent at it by a sender thread). The simulator
-    /// binds every packet at its slot whatever this says. Default false.
+    /// The client's dispatch stage: packets bound `dispatch_horizon_us` before their
+    /// pacing slot, sent at it (by the daemon's sender thread in the lab; exactly on
+    /// time in the simulator, where they wait at the client and are lost with its
+    /// interface at a cut). Default false.
     #[serde(default)]
     pub dispatch: bool,
-    /// Lab only: the dispatch stage's binding horizon φ, µs. Default 1000.
+    /// The dispatch stage's binding horizon φ, µs. Default 1000.
     #[serde(default = "default_dispatch_horizon_us")]
     pub dispatch_horizon_us: f64,
     /// Lab only: `SCHED_FIFO` priority of the dispatch stage's sender thread (default:
