@@ -5,7 +5,9 @@
 //! and on a timerfd armed at the engine's next timeout; then, in order: read every
 //! waiting TUN packet (so packets wait in the engine's per-flow queues, not in a FIFO in
 //! front of it), read every datagram, apply link changes, run the engine's timers, and
-//! pump the engine's outputs.
+//! pump the engine's outputs. With the dispatch stage on, its sender thread (one for
+//! every link) sends the datagrams at their slots, and its departures wake the loop
+//! through an eventfd.
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -22,6 +24,7 @@ use latebind_proto::{Config, Endpoint, Instant, LinkChange, LinkConfig, LinkId, 
 
 use crate::config::ClientConfig;
 use crate::control::Control;
+use crate::dispatch::DispatchStage;
 use crate::packet::clamp_mss;
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
@@ -31,6 +34,7 @@ const TOKEN_TUN: u64 = 1;
 const TOKEN_NETLINK: u64 = 2;
 const TOKEN_CONTROL: u64 = 3;
 const TOKEN_METRICS: u64 = 4;
+const TOKEN_DISPATCH: u64 = 5;
 const TOKEN_LINK: u64 = 100;
 
 /// Retry an unanswered handshake initiation after this long.
@@ -47,19 +51,31 @@ struct ClientLink {
 }
 
 /// The client's link sockets, one per link: departures are read from each socket's
-/// kernel queue.
-struct ClientIo<'a>(&'a [ClientLink]);
+/// kernel queue. The dispatch stage, when on, sends on duplicates of them (socket `i`
+/// is link `i`'s).
+struct ClientIo<'a> {
+    links: &'a [ClientLink],
+    stage: Option<&'a DispatchStage>,
+}
 
 impl LinkIo for ClientIo<'_> {
     fn send(&mut self, link: LinkId, datagram: &[u8]) -> Sent {
-        match self.0.get(usize::from(link.0)) {
+        match self.links.get(usize::from(link.0)) {
             Some(l) => sent(l.socket.send_to(datagram, l.server)),
             None => Sent::Failed,
         }
     }
 
     fn queued(&self, link: LinkId) -> Option<usize> {
-        self.0.get(usize::from(link.0))?.socket.outq().ok()
+        self.links.get(usize::from(link.0))?.socket.outq().ok()
+    }
+
+    fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
+        let i = usize::from(link.0);
+        match (self.stage, self.links.get(i)) {
+            (Some(stage), Some(l)) => stage.submit(at, i, l.server, datagram, u64::from(link.0)),
+            _ => false,
+        }
     }
 }
 
@@ -159,7 +175,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             LinkId(i as u16),
             LinkConfig {
                 backup: l.backup,
-                ..LinkConfig::default()
+                pacing_rate: l.pacing_rate_mbps.map(|r| r * 1e6 / 8.0),
             },
         );
         if !(links[i].up && links[i].has_addr) {
@@ -168,6 +184,24 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     }
     let mut session = Session::new(engine);
     let max_mss = mtu.saturating_sub(40);
+    let mut stage = match cfg.dispatch {
+        Some(d) => {
+            let sockets = links
+                .iter()
+                .map(|l| l.socket.as_fd().try_clone_to_owned())
+                .collect::<std::io::Result<Vec<_>>>()
+                .context("dispatch stage: duplicating the link sockets")?;
+            let stage = DispatchStage::start(sockets, d).context("starting the dispatch stage")?;
+            poller.add(stage.fd(), TOKEN_DISPATCH, false)?;
+            session.set_dispatch(Some(d.horizon));
+            tracing::info!(
+                horizon_us = d.horizon.as_micros() as u64,
+                "dispatch stage on"
+            );
+            Some(stage)
+        }
+        None => None,
+    };
 
     let mut handshake: Option<(Initiator, Instant)> = None;
     let mut established_at: Option<Instant> = None;
@@ -214,7 +248,11 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             }
         }
 
-        session.pump(t, &mut ClientIo(&links), |p| {
+        let mut io = ClientIo {
+            links: &links,
+            stage: stage.as_ref(),
+        };
+        session.pump(t, &mut io, |p| {
             clamp_mss(p, max_mss);
             tun.send(p).is_ok()
         });
@@ -243,6 +281,15 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     }
                 }
                 TOKEN_TIMER => {}
+                TOKEN_DISPATCH => {
+                    if let Some(stage) = stage.as_mut() {
+                        stage.drain(|d| {
+                            let i = d.tag as usize;
+                            let queued = links.get(i).and_then(|l| l.socket.outq().ok());
+                            session.on_dispatched(t, LinkId(i as u16), d.len, d.sent, queued);
+                        });
+                    }
+                }
                 TOKEN_TUN => loop {
                     match tun.recv(&mut tunbuf) {
                         Ok(n) => {
@@ -311,7 +358,8 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     }
                 }
                 TOKEN_CONTROL | TOKEN_METRICS => {
-                    let status = client_status(&session, &links, tun.name(), mtu, started, t);
+                    let mut status = client_status(&session, &links, tun.name(), mtu, started, t);
+                    status.dispatch = stage.as_ref().map(DispatchStage::status);
                     if r.token == TOKEN_CONTROL {
                         control.serve_status(&serde_json::to_string(&status)?);
                     } else {
@@ -328,7 +376,11 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                         if let Ok(q) = l.socket.outq() {
                             session.on_queued(t, id, q);
                         }
-                        session.flush_held(t, &mut ClientIo(&links), id);
+                        let mut io = ClientIo {
+                            links: &links,
+                            stage: None,
+                        };
+                        session.flush_held(t, &mut io, id);
                     }
                     if !r.readable {
                         continue;
@@ -404,5 +456,6 @@ fn client_status(
         handshakes_rejected: 0,
         unknown_session: 0,
         no_client_for_destination: 0,
+        dispatch: None,
     }
 }

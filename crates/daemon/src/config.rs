@@ -101,6 +101,15 @@ pub struct ClientSection {
     pub policy: Option<String>,
     /// Links a redundant flow's packet goes on (0: every link). Default 2.
     pub redundant_links: Option<usize>,
+    /// The dispatch stage: each datagram is bound `dispatch_horizon_us` before its
+    /// pacing slot, sealed at once, and sent at its slot by a sender thread that
+    /// sleeps and then spins (docs/RESULTS.md 9.7). Default false.
+    pub dispatch: Option<bool>,
+    /// The binding horizon φ of the dispatch stage, µs. Default 1000.
+    pub dispatch_horizon_us: Option<f64>,
+    /// `SCHED_FIFO` priority (1-99) of the dispatch stage's sender thread; default: the
+    /// normal scheduler.
+    pub dispatch_rt_priority: Option<i32>,
 }
 
 /// `[[links]]` of a client.
@@ -118,6 +127,8 @@ pub struct LinkSection {
     /// Used only when no other link is up.
     #[serde(default)]
     pub backup: bool,
+    /// Pacing rate cap of this link, Mbit/s (the whole datagram); none by default.
+    pub pacing_rate_mbps: Option<f64>,
 }
 
 /// `[[rules]]`: flows to a binding policy; every key set must match, first match wins.
@@ -230,6 +241,15 @@ pub struct ServerSection {
     pub policy: Option<String>,
     /// Links a redundant flow's packet goes on (0: every link). Default 2.
     pub redundant_links: Option<usize>,
+    /// The dispatch stage: each datagram is bound `dispatch_horizon_us` before its
+    /// pacing slot, sealed at once, and sent at its slot by a sender thread that
+    /// sleeps and then spins (docs/RESULTS.md 9.7). Default false.
+    pub dispatch: Option<bool>,
+    /// The binding horizon φ of the dispatch stage, µs. Default 1000.
+    pub dispatch_horizon_us: Option<f64>,
+    /// `SCHED_FIFO` priority (1-99) of the dispatch stage's sender thread; default: the
+    /// normal scheduler.
+    pub dispatch_rt_priority: Option<i32>,
 }
 
 /// `[[peers]]`: a client the server accepts.
@@ -283,6 +303,8 @@ pub struct ClientConfig {
     pub rate_control: (bool, Duration),
     /// Binding policies.
     pub policies: Policies,
+    /// The dispatch stage, when on.
+    pub dispatch: Option<Dispatch>,
 }
 
 /// A validated server configuration.
@@ -304,7 +326,21 @@ pub struct ServerConfig {
     pub rate_control: (bool, Duration),
     /// Binding policies.
     pub policies: Policies,
+    /// The dispatch stage, when on.
+    pub dispatch: Option<Dispatch>,
 }
+
+/// The dispatch stage's settings, validated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dispatch {
+    /// The binding horizon φ.
+    pub horizon: Duration,
+    /// `SCHED_FIFO` priority of the sender thread.
+    pub rt_priority: Option<i32>,
+}
+
+/// The default binding horizon φ of the dispatch stage (docs/RESULTS.md 9.7).
+pub const DEFAULT_DISPATCH_HORIZON: Duration = Duration::from_micros(1000);
 
 fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -514,6 +550,41 @@ impl V<'_> {
         })
     }
 
+    fn dispatch(
+        &self,
+        section: &str,
+        on: Option<bool>,
+        horizon_us: Option<f64>,
+        rt_priority: Option<i32>,
+    ) -> Result<Option<Dispatch>, ConfigError> {
+        let horizon = match horizon_us {
+            Some(us) if us.is_finite() && (0.0..=100_000.0).contains(&us) => {
+                Duration::from_secs_f64(us / 1e6)
+            }
+            Some(us) => {
+                return Err(self.err(
+                    format!("{section}.dispatch_horizon_us"),
+                    us,
+                    "a time from 0 to 100000 µs",
+                ));
+            }
+            None => DEFAULT_DISPATCH_HORIZON,
+        };
+        if let Some(p) = rt_priority
+            && !(1..=99).contains(&p)
+        {
+            return Err(self.err(
+                format!("{section}.dispatch_rt_priority"),
+                p,
+                "a SCHED_FIFO priority from 1 to 99",
+            ));
+        }
+        Ok(on.unwrap_or(false).then_some(Dispatch {
+            horizon,
+            rt_priority,
+        }))
+    }
+
     fn ifname(&self, key: &str, name: &str) -> Result<(), ConfigError> {
         if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
             return Err(self.err(
@@ -555,6 +626,12 @@ impl ClientConfig {
         v.budget("client.budget_packets", c.budget_packets)?;
         let reinjection = v.reinjection("client", c.reinjection.as_ref(), c.rej_min_ms)?;
         let rate_control = v.rate_control("client", c.rate_control, c.rate_control_max_queue_ms)?;
+        let dispatch = v.dispatch(
+            "client",
+            c.dispatch,
+            c.dispatch_horizon_us,
+            c.dispatch_rt_priority,
+        )?;
         let policies = v.policies(
             "client",
             c.policy.as_ref(),
@@ -575,6 +652,15 @@ impl ClientConfig {
         }
         for (i, l) in file.links.iter().enumerate() {
             v.ifname(&format!("links[{i}].interface"), &l.interface)?;
+            if let Some(r) = l.pacing_rate_mbps
+                && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
+            {
+                return Err(v.err(
+                    format!("links[{i}].pacing_rate_mbps"),
+                    r,
+                    "a rate above 0 and up to 100000 Mbit/s",
+                ));
+            }
             if file.links[..i].iter().any(|o| o.name == l.name) {
                 return Err(v.err(
                     format!("links[{i}].name"),
@@ -596,6 +682,7 @@ impl ClientConfig {
             reinjection,
             rate_control,
             policies,
+            dispatch,
             file,
         })
     }
@@ -623,6 +710,12 @@ impl ServerConfig {
         v.budget("server.budget_packets", s.budget_packets)?;
         let reinjection = v.reinjection("server", s.reinjection.as_ref(), s.rej_min_ms)?;
         let rate_control = v.rate_control("server", s.rate_control, s.rate_control_max_queue_ms)?;
+        let dispatch = v.dispatch(
+            "server",
+            s.dispatch,
+            s.dispatch_horizon_us,
+            s.dispatch_rt_priority,
+        )?;
         let policies = v.policies(
             "server",
             s.policy.as_ref(),
@@ -674,6 +767,7 @@ impl ServerConfig {
             reinjection,
             rate_control,
             policies,
+            dispatch,
             file,
         })
     }
@@ -757,6 +851,55 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("overflow.k = -1"), "{e}");
+    }
+
+    #[test]
+    fn dispatch_keys_default_off_and_bad_values_name_key_value_and_expectation() {
+        let c = ClientConfig::parse(Path::new("c.toml"), &client_text("")).unwrap();
+        assert_eq!(c.dispatch, None);
+        let c = ClientConfig::parse(
+            Path::new("c.toml"),
+            &client_text("").replace(
+                "dispatch = false\n",
+                "dispatch = true\ndispatch_rt_priority = 50\n",
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            c.dispatch,
+            Some(Dispatch {
+                horizon: DEFAULT_DISPATCH_HORIZON,
+                rt_priority: Some(50)
+            })
+        );
+        let c = ClientConfig::parse(
+            Path::new("c.toml"),
+            &client_text("")
+                .replace("dispatch = false\n", "dispatch = true\n")
+                .replace("dispatch_horizon_us = 1000.0", "dispatch_horizon_us = 0.0"),
+        )
+        .unwrap();
+        assert_eq!(c.dispatch.unwrap().horizon, Duration::ZERO);
+        for (from, to, key, expected) in [
+            (
+                "dispatch_horizon_us = 1000.0",
+                "dispatch_horizon_us = -5.0",
+                "client.dispatch_horizon_us = -5",
+                "0 to 100000 µs",
+            ),
+            (
+                "# dispatch_rt_priority = 50",
+                "dispatch_rt_priority = 0",
+                "client.dispatch_rt_priority = 0",
+                "from 1 to 99",
+            ),
+        ] {
+            let text = client_text("").replace(from, to);
+            let e = ClientConfig::parse(Path::new("c.toml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains(expected), "{e}");
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - [`config`]: TOML configuration, validated with errors naming key, value, expectation.
 //! - [`departures`]: when a datagram has left the kernel's queue (`SIOCOUTQ`), the
 //!   departure the engine's budget below the binding point counts.
+//! - [`dispatch`]: the dispatch stage: datagrams bound φ ahead of their slot, sent at it
+//!   by a sender thread.
 //! - [`session`]: engine + keys + datagrams a socket pushed back; the per-session pump.
 //! - [`client`], [`server`]: the event loops.
 //! - [`status`], [`control`]: `latebind status` and the Prometheus endpoint.
@@ -15,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod control;
 pub mod departures;
+pub mod dispatch;
 pub mod packet;
 pub mod server;
 pub mod session;

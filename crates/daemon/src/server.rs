@@ -6,7 +6,8 @@
 //! address or NAT mapping changes keeps working, and a forged datagram cannot move it).
 //! Clients are isolated: a packet from the TUN goes to the session owning its destination
 //! address, and a client's packet reaches the TUN only if its source is that client's
-//! address.
+//! address. With the dispatch stage on, one sender thread sends every session's
+//! datagrams at their slots on duplicates of the listening sockets.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -22,6 +23,7 @@ use latebind_proto::{Config, Endpoint, Instant, LinkConfig, LinkId, Role};
 
 use crate::config::ServerConfig;
 use crate::control::Control;
+use crate::dispatch::DispatchStage;
 use crate::packet::{clamp_mss, ipv4_addrs};
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
@@ -30,6 +32,7 @@ use crate::{random_bytes, random_u32};
 const TOKEN_TUN: u64 = 1;
 const TOKEN_CONTROL: u64 = 3;
 const TOKEN_METRICS: u64 = 4;
+const TOKEN_DISPATCH: u64 = 5;
 const TOKEN_SOCKET: u64 = 100;
 
 struct Client {
@@ -60,6 +63,23 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         poller.add(sock.as_fd(), TOKEN_SOCKET + i as u64, false)?;
         sockets.push(sock);
     }
+    let mut stage = match cfg.dispatch {
+        Some(d) => {
+            let dups = sockets
+                .iter()
+                .map(|s: &LinkSocket| s.as_fd().try_clone_to_owned())
+                .collect::<std::io::Result<Vec<_>>>()
+                .context("dispatch stage: duplicating the sockets")?;
+            let stage = DispatchStage::start(dups, d).context("starting the dispatch stage")?;
+            poller.add(stage.fd(), TOKEN_DISPATCH, false)?;
+            tracing::info!(
+                horizon_us = d.horizon.as_micros() as u64,
+                "dispatch stage on"
+            );
+            Some(stage)
+        }
+        None => None,
+    };
     let control = Control::bind(&cfg.control_socket, s.metrics_listen)
         .with_context(|| format!("control socket {}", cfg.control_socket.display()))?;
     poller.add(control.unix().as_fd(), TOKEN_CONTROL, false)?;
@@ -97,11 +117,15 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         for id in &ids {
             let c = clients.get_mut(id).expect("listed");
             let (paths, address) = (&c.paths, c.address);
+            c.session
+                .set_dispatch(stage.as_ref().map(DispatchStage::horizon));
             c.session.pump(
                 t,
                 &mut ServerIo {
                     paths,
                     sockets: &sockets,
+                    session: *id,
+                    stage: stage.as_ref(),
                 },
                 |p| {
                     // Isolation: a client may only send from its own address.
@@ -133,6 +157,17 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                     }
                 }
                 TOKEN_TIMER => {}
+                TOKEN_DISPATCH => {
+                    if let Some(stage) = stage.as_mut() {
+                        stage.drain(|d| {
+                            let (session, link) = ((d.tag >> 16) as u32, d.tag as u16);
+                            if let Some(c) = clients.get_mut(&session) {
+                                c.session
+                                    .on_dispatched(t, LinkId(link), d.len, d.sent, None);
+                            }
+                        });
+                    }
+                }
                 TOKEN_TUN => loop {
                     match tun.recv(&mut tunbuf) {
                         Ok(n) => {
@@ -155,7 +190,8 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                     }
                 },
                 TOKEN_CONTROL | TOKEN_METRICS => {
-                    let status = server_status(&clients, tun.name(), mtu, started, t, drops);
+                    let mut status = server_status(&clients, tun.name(), mtu, started, t, drops);
+                    status.dispatch = stage.as_ref().map(DispatchStage::status);
                     if r.token == TOKEN_CONTROL {
                         control.serve_status(&serde_json::to_string(&status)?);
                     } else {
@@ -265,6 +301,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
 struct ServerIo<'a> {
     paths: &'a HashMap<u16, (usize, SocketAddr)>,
     sockets: &'a [LinkSocket],
+    /// The session's id: with the link, the tag of a dispatched datagram.
+    session: u32,
+    stage: Option<&'a DispatchStage>,
 }
 
 impl LinkIo for ServerIo<'_> {
@@ -277,6 +316,16 @@ impl LinkIo for ServerIo<'_> {
 
     fn queued(&self, _link: LinkId) -> Option<usize> {
         None
+    }
+
+    fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
+        match (self.stage, self.paths.get(&link.0)) {
+            (Some(stage), Some((si, to))) => {
+                let tag = u64::from(self.session) << 16 | u64::from(link.0);
+                stage.submit(at, *si, *to, datagram, tag)
+            }
+            _ => false,
+        }
     }
 }
 
@@ -345,5 +394,6 @@ fn server_status(
         handshakes_rejected: drops.handshakes_rejected,
         unknown_session: drops.unknown_session,
         no_client_for_destination: drops.no_client_for_destination,
+        dispatch: None,
     }
 }

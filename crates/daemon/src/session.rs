@@ -11,9 +11,17 @@
 //!     A full send buffer keeps the datagram here, in order, until the socket is writable;
 //!     the engine's budget stays used meanwhile, so it binds nothing more to that link;
 //!  4. `poll_deliver`: in-order inner packets go to the TUN side.
+//!
+//! With the dispatch stage ([`crate::dispatch`]), step 1 binds up to the horizon φ
+//! before the packet's pacing slot (`poll_transmit_ahead`), and step 3 hands the sealed
+//! datagram to the sender thread with its slot ([`LinkIo::dispatch`]); its departure
+//! comes back later ([`Session::on_dispatched`]) and is reported to the engine as in
+//! step 3.
 
 use std::collections::VecDeque;
 use std::io;
+
+use core::time::Duration;
 
 use latebind_crypto::KeyRing;
 use latebind_proto::{Endpoint, Instant, LinkId};
@@ -40,10 +48,13 @@ pub struct SessionCounters {
     pub delivered: u64,
     /// Datagrams dropped: the engine had data before the keys were ready.
     pub no_keys: u64,
+    /// Datagrams handed to the dispatch stage (sealed, to leave at their slot).
+    #[serde(default)]
+    pub dispatched: u64,
 }
 
 /// How long the previous key keeps opening datagrams after a new one is installed.
-pub const RETIRE_AFTER: core::time::Duration = core::time::Duration::from_secs(10);
+pub const RETIRE_AFTER: Duration = Duration::from_secs(10);
 
 /// The result of trying to send a datagram on a link.
 pub enum Sent {
@@ -64,6 +75,11 @@ struct LinkQueues {
     departures: Departures,
     /// Held datagrams dropped because the interface went down.
     held_dropped: u64,
+    /// Datagrams handed to the dispatch stage, not yet reported back.
+    dispatching: u64,
+    /// Of those, the ones that were below the binding point when the interface went
+    /// down: the engine forgot them then, so their reports are no departures for it.
+    dispatch_stale: u64,
 }
 
 /// Engine + keys + held datagrams.
@@ -80,6 +96,8 @@ pub struct Session {
     links: Vec<LinkQueues>,
     buf: Vec<u8>,
     open_buf: Vec<u8>,
+    /// The dispatch stage's binding horizon, when the stage is on.
+    horizon: Option<Duration>,
 }
 
 impl Session {
@@ -93,7 +111,14 @@ impl Session {
             links: Vec::new(),
             buf: Vec::with_capacity(2048),
             open_buf: Vec::with_capacity(2048),
+            horizon: None,
         }
+    }
+
+    /// Turns the dispatch stage on with binding horizon `horizon` (None: off). Datagrams
+    /// then go to [`LinkIo::dispatch`] with their slot.
+    pub fn set_dispatch(&mut self, horizon: Option<Duration>) {
+        self.horizon = horizon;
     }
 
     fn link_mut(&mut self, link: LinkId) -> &mut LinkQueues {
@@ -115,6 +140,9 @@ impl Session {
         let dropped = std::mem::take(&mut l.held).len() as u64;
         l.held_dropped += dropped;
         l.departures.clear();
+        // Those still with the sender thread were below the binding point too.
+        l.held_dropped += l.dispatching - l.dispatch_stale;
+        l.dispatch_stale = l.dispatching;
         self.counters.send_errors += dropped;
     }
 
@@ -187,6 +215,38 @@ impl Session {
     /// those that left since the last reading.
     pub fn on_queued(&mut self, now: Instant, link: LinkId, queued: usize) {
         let left = self.link_mut(link).departures.on_queued(queued);
+        self.departed(now, link, left);
+    }
+
+    /// The dispatch stage reports a datagram of `link` of `len` bytes: the kernel took
+    /// it (`sent`) or refused it. `queued` is the link socket's `SIOCOUTQ` reading just
+    /// now, when the socket is the link's own.
+    pub fn on_dispatched(
+        &mut self,
+        now: Instant,
+        link: LinkId,
+        len: usize,
+        sent: bool,
+        queued: Option<usize>,
+    ) {
+        let l = self.link_mut(link);
+        l.dispatching = l.dispatching.saturating_sub(1);
+        if l.dispatch_stale > 0 {
+            l.dispatch_stale -= 1;
+            return;
+        }
+        if !sent {
+            self.counters.send_errors += 1;
+            self.departed(now, link, 1);
+            return;
+        }
+        // The sender thread read no queue around its send: the datagram's size in the
+        // kernel is the estimate, and the reading tells what has left since.
+        let left = match queued {
+            Some(q) => l.departures.on_sent(len, q, q),
+            None => 1,
+        };
+        self.counters.sent += 1;
         self.departed(now, link, left);
     }
 
@@ -263,11 +323,21 @@ impl Session {
         }
         if self.established() {
             let mut buf = std::mem::take(&mut self.buf);
-            while let Some(t) = self.engine.poll_transmit(now, &mut buf) {
+            loop {
+                let t = match self.horizon {
+                    Some(h) => self.engine.poll_transmit_ahead(now, h, &mut buf),
+                    None => self.engine.poll_transmit(now, &mut buf),
+                };
+                let Some(t) = t else { break };
                 buf.truncate(t.len);
                 if self.keys.seal(&mut buf).is_err() {
                     self.counters.send_errors += 1;
                     self.engine.handle_tx_done(now, t.link);
+                    continue;
+                }
+                if self.horizon.is_some() && io.dispatch(t.link, t.send_at, buf.clone()) {
+                    self.link_mut(t.link).dispatching += 1;
+                    self.counters.dispatched += 1;
                     continue;
                 }
                 // Keep the link's order: behind what is already waiting.
@@ -307,6 +377,12 @@ pub trait LinkIo {
     /// is the link's own; `None` when the kernel's acceptance is taken as the departure
     /// (a socket shared by many links, as on the server).
     fn queued(&self, link: LinkId) -> Option<usize>;
+    /// Hands a sealed datagram of `link` to the dispatch stage, to leave at `at`; false
+    /// when there is no stage (the session then sends it at once).
+    fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
+        let _ = (link, at, datagram);
+        false
+    }
 }
 
 /// Maps a socket result to [`Sent`].
@@ -318,5 +394,153 @@ pub fn sent(r: io::Result<usize>) -> Sent {
             tracing::debug!(%e, "send failed");
             Sent::Failed
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use latebind_crypto::{Initiator, Responder, StaticSecret};
+    use latebind_proto::{Config, LinkChange, LinkConfig, Role};
+
+    use super::*;
+
+    const SESSION: u32 = 0x5e55_1011;
+
+    /// Records what the session hands over; every datagram goes to the stage.
+    #[derive(Default)]
+    struct FakeIo {
+        dispatched: Vec<(LinkId, Instant, usize)>,
+        sent_now: usize,
+    }
+
+    impl LinkIo for FakeIo {
+        fn send(&mut self, _link: LinkId, _datagram: &[u8]) -> Sent {
+            self.sent_now += 1;
+            Sent::Ok
+        }
+
+        fn queued(&self, _link: LinkId) -> Option<usize> {
+            None
+        }
+
+        fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
+            self.dispatched.push((link, at, datagram.len()));
+            true
+        }
+    }
+
+    /// A client session with one link paced at 1 MB/s, keys installed, and `n` inner
+    /// packets queued.
+    fn session(n: u32) -> Session {
+        let mut config = Config::new(Role::Client);
+        config.session(SESSION).budget_packets(4);
+        config.rate_control = false;
+        let mut e = Endpoint::new(config, Instant::ZERO).unwrap();
+        e.add_link(
+            Instant::ZERO,
+            LinkId(0),
+            LinkConfig {
+                pacing_rate: Some(1e6),
+                backup: false,
+            },
+        );
+        let mut s = Session::new(e);
+        let (client, server) = (
+            StaticSecret::from_random_bytes([1; 32]),
+            StaticSecret::from_random_bytes([2; 32]),
+        );
+        let mut responder = Responder::new(server.clone(), vec![client.public_key()]);
+        let (mut init, initiation) = Initiator::new(
+            &client,
+            &server.public_key(),
+            SESSION,
+            0,
+            0,
+            Duration::from_secs(1_700_000_000),
+            [3; 32],
+        )
+        .unwrap();
+        let accepted = responder.handle_initiation(&initiation, [4; 32]).unwrap();
+        assert!(s.install(
+            Instant::ZERO,
+            init.handle_response(&accepted.response).unwrap()
+        ));
+        for seq in 0..n {
+            s.engine
+                .handle_tun_packet(Instant::ZERO, &udp(seq))
+                .unwrap();
+        }
+        s
+    }
+
+    /// A minimal IPv4/UDP packet 10.0.0.1:4000 -> 10.0.0.2:9 of 500 bytes.
+    fn udp(seq: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 500];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&500u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&4000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&9u16.to_be_bytes());
+        p[24..26].copy_from_slice(&480u16.to_be_bytes());
+        p[28..32].copy_from_slice(&seq.to_be_bytes());
+        p
+    }
+
+    fn below(s: &Session, now: Instant) -> usize {
+        s.engine.link_views(now)[0].below_binding
+    }
+
+    #[test]
+    fn dispatched_datagrams_stay_below_the_binding_point_until_reported() {
+        let mut s = session(10);
+        s.set_dispatch(Some(Duration::from_millis(5)));
+        let now = Instant::from_nanos(1_000_000);
+        let mut io = FakeIo::default();
+        s.pump(now, &mut io, |_| true);
+        let n = io.dispatched.len();
+        assert_eq!(n, 4, "the budget bounds what is bound ahead");
+        assert_eq!(io.sent_now, 0);
+        assert!(io.dispatched.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert_eq!(below(&s, now), n);
+        assert_eq!(s.counters.dispatched, n as u64);
+        for (i, &(link, at, len)) in io.dispatched.iter().enumerate() {
+            s.on_dispatched(at, link, len, i != 0, None);
+            assert_eq!(below(&s, at), n - i - 1);
+        }
+        assert_eq!((s.counters.sent, s.counters.send_errors), (3, 1));
+    }
+
+    #[test]
+    fn reports_of_datagrams_dropped_with_their_interface_are_no_departures() {
+        let mut s = session(10);
+        s.set_dispatch(Some(Duration::from_millis(5)));
+        let now = Instant::from_nanos(1_000_000);
+        let mut io = FakeIo::default();
+        s.pump(now, &mut io, |_| true);
+        let stale = io.dispatched.len();
+        // The interface goes down and comes back before the sender thread reports.
+        s.drop_held(LinkId(0));
+        s.engine
+            .handle_link_change(now, LinkId(0), LinkChange::Down);
+        assert_eq!(s.held_dropped(LinkId(0)), stale as u64);
+        s.engine.handle_link_change(now, LinkId(0), LinkChange::Up);
+        let later = Instant::from_nanos(20_000_000);
+        let mut io2 = FakeIo::default();
+        s.pump(later, &mut io2, |_| true);
+        let fresh = io2.dispatched.len();
+        assert!(fresh > 0);
+        assert_eq!(below(&s, later), fresh);
+        // The old reports arrive: the new datagrams are still below the binding point.
+        for &(link, at, len) in &io.dispatched {
+            s.on_dispatched(later.max(at), link, len, true, None);
+        }
+        assert_eq!(below(&s, later), fresh);
+        for &(link, at, len) in &io2.dispatched {
+            s.on_dispatched(at, link, len, true, None);
+        }
+        assert_eq!(below(&s, later), 0);
     }
 }

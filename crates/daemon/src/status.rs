@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use latebind_proto::{Instant, LinkState};
 use serde::{Deserialize, Serialize};
 
+use crate::dispatch::DispatchStatus;
 use crate::session::{Session, SessionCounters};
 
 /// One link.
@@ -186,6 +187,9 @@ pub struct Status {
     /// (server; not IPv4, or an address no peer has).
     #[serde(default)]
     pub no_client_for_destination: u64,
+    /// The dispatch stage's counters, when it is on.
+    #[serde(default)]
+    pub dispatch: Option<DispatchStatus>,
 }
 
 fn ms(d: core::time::Duration) -> f64 {
@@ -382,6 +386,22 @@ impl Status {
                 ses.reinject_after_max_ms,
             );
         }
+        if let Some(d) = &self.dispatch {
+            let _ = writeln!(
+                s,
+                "dispatch: horizon {:.0} µs  sent {} late {} (>50 µs) submitted-late {} errors {}  lateness p50 {:.0} p99 {:.0} max {:.0} µs  cpu {:.1} s ({:.1} %)",
+                d.horizon_us,
+                d.sent,
+                d.late,
+                d.submitted_late,
+                d.send_errors,
+                d.lateness_p50_us,
+                d.lateness_p99_us,
+                d.lateness_max_us,
+                d.cpu_s,
+                d.cpu_percent,
+            );
+        }
         let _ = writeln!(
             s,
             "handshakes rejected {}  unknown session {}  no client for destination {}",
@@ -409,6 +429,21 @@ impl Status {
             "latebind_no_client_for_destination_total {}",
             self.no_client_for_destination
         );
+        if let Some(d) = &self.dispatch {
+            for (k, v) in [
+                ("sent_total", d.sent as f64),
+                ("send_errors_total", d.send_errors as f64),
+                ("late_total", d.late as f64),
+                ("submitted_late_total", d.submitted_late as f64),
+                ("lateness_p50_us", d.lateness_p50_us),
+                ("lateness_p99_us", d.lateness_p99_us),
+                ("lateness_max_us", d.lateness_max_us),
+                ("cpu_seconds_total", d.cpu_s),
+                ("horizon_us", d.horizon_us),
+            ] {
+                let _ = writeln!(s, "latebind_dispatch_{k} {v}");
+            }
+        }
         for ses in &self.sessions {
             let p = format!("peer=\"{}\",session=\"{:08x}\"", ses.peer, ses.session);
             let _ = writeln!(s, "latebind_queued_packets{{{p}}} {}", ses.queued_packets);

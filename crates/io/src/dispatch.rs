@@ -17,18 +17,29 @@
 //!     of a wake-up (decaying), within [margin_min, margin_max] (SpinMargin)
 //! ```
 //!
-//! One thread owns the socket and the queue; producers only touch the channel. Every
+//! One thread owns the sockets and the queue; producers only touch the channel. Every
 //! datagram's lateness (send call - slot, as the sender sees it) and the thread's CPU
 //! time are in [`DispatchStats`]: the accuracy is paid for in spinning, and the stats
 //! say how much. Measuring the departures without trusting these figures is the
 //! capture's job (`latebind-lab`'s `capture`).
+//!
+//! A long-running owner (the daemon's dispatch stage) starts it with
+//! [`Dispatcher::start_reporting`]: several sockets (datagrams of equal slots on one
+//! socket share a `sendmmsg`), a destination per datagram for unconnected sockets, and
+//! a [`Departure`] back for every datagram, through a channel whose eventfd an epoll
+//! loop watches ([`DepartureFeed`]), so that the owner learns when each one left.
 
 use std::collections::BTreeMap;
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use socket2::SockAddr;
 
 use crate::clock::monotonic_ns;
 
@@ -54,6 +65,9 @@ pub struct DispatchConfig {
     /// the spinning thread uses up its fair share and loses the CPU for whole time
     /// slices: milliseconds late, worse than a sequential sender (docs/RESULTS.md 9.1).
     pub rt_priority: Option<i32>,
+    /// Keep every datagram's lateness and every wake-up's in [`DispatchStats`] (a
+    /// bench's run); off for a sender that runs for ever (their memory would grow).
+    pub record_samples: bool,
 }
 
 impl Default for DispatchConfig {
@@ -66,6 +80,7 @@ impl Default for DispatchConfig {
             coalesce: Duration::ZERO,
             cpu_latency_qos: true,
             rt_priority: None,
+            record_samples: true,
         }
     }
 }
@@ -156,15 +171,24 @@ impl SpinMargin {
 }
 
 /// Datagrams waiting for their slot, ordered by (slot, submission order).
-#[derive(Debug, Default)]
-pub struct SlotQueue {
-    slots: BTreeMap<(u64, u64), Vec<u8>>,
+#[derive(Debug)]
+pub struct SlotQueue<T = Vec<u8>> {
+    slots: BTreeMap<(u64, u64), T>,
     next: u64,
 }
 
-impl SlotQueue {
+impl<T> Default for SlotQueue<T> {
+    fn default() -> Self {
+        Self {
+            slots: BTreeMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<T> SlotQueue<T> {
     /// Adds a datagram for slot `at_ns`.
-    pub fn push(&mut self, at_ns: u64, datagram: Vec<u8>) {
+    pub fn push(&mut self, at_ns: u64, datagram: T) {
         self.slots.insert((at_ns, self.next), datagram);
         self.next += 1;
     }
@@ -186,7 +210,7 @@ impl SlotQueue {
 
     /// Removes and returns the next batch: the earliest datagram and those whose slot
     /// is at most `coalesce_ns` after it, up to `max` of them, in order.
-    pub fn take_batch(&mut self, coalesce_ns: u64, max: usize, out: &mut Vec<(u64, Vec<u8>)>) {
+    pub fn take_batch(&mut self, coalesce_ns: u64, max: usize, out: &mut Vec<(u64, T)>) {
         out.clear();
         let Some(first) = self.first() else {
             return;
@@ -204,10 +228,81 @@ impl SlotQueue {
     }
 }
 
-/// A datagram and its slot, on the way to the sender thread.
-type Msg = (u64, Vec<u8>);
+/// A datagram on its way out: its bytes, which of the sender's sockets, where to (None:
+/// the socket is connected), and the owner's tag for its [`Departure`].
+#[derive(Debug)]
+struct Item {
+    bytes: Vec<u8>,
+    socket: usize,
+    to: Option<SocketAddr>,
+    tag: u64,
+}
 
-/// The dispatcher: a sender thread owning a connected socket.
+/// A datagram and its slot, on the way to the sender thread.
+type Msg = (u64, Item);
+
+/// What became of one datagram handed to [`Dispatcher::submit_to`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Departure {
+    /// The tag it was submitted with.
+    pub tag: u64,
+    /// Its length.
+    pub len: usize,
+    /// Whether the kernel took it (false: the send failed; it is gone).
+    pub sent: bool,
+    /// The send call's time minus its slot, ns (0 when not late).
+    pub late_ns: u64,
+    /// Whether its slot had passed when the thread received it.
+    pub submitted_late: bool,
+}
+
+/// The owner's end of the departures: a channel and an eventfd that becomes readable
+/// when departures wait (register [`DepartureFeed::fd`] with epoll, then
+/// [`DepartureFeed::drain`]).
+#[derive(Debug)]
+pub struct DepartureFeed {
+    rx: Receiver<Departure>,
+    event: Arc<OwnedFd>,
+    cpu_ns: Arc<AtomicU64>,
+}
+
+impl DepartureFeed {
+    /// The eventfd to watch for readability.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.event.as_fd()
+    }
+
+    /// Appends every departure reported so far to `out`, and resets the eventfd.
+    pub fn drain(&self, out: &mut Vec<Departure>) {
+        let mut count = [0u8; 8];
+        // SAFETY: reads the 8-byte counter into a valid 8-byte buffer (non-blocking).
+        let _ = unsafe { libc::read(self.event.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        out.extend(self.rx.try_iter());
+    }
+
+    /// CPU time the sender thread has used so far, ns (updated after each batch).
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// Where the sender thread reports departures.
+struct Reporter {
+    tx: Sender<Departure>,
+    event: Arc<OwnedFd>,
+    cpu_ns: Arc<AtomicU64>,
+}
+
+impl Reporter {
+    fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a valid buffer to an eventfd (non-blocking; a
+        // full counter only means the owner is already woken).
+        let _ = unsafe { libc::write(self.event.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+/// The dispatcher: a sender thread owning one or more sockets.
 #[derive(Debug)]
 pub struct Dispatcher {
     tx: Option<Sender<Msg>>,
@@ -217,6 +312,38 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Starts the sender thread on `socket` (connected: datagrams go to its peer).
     pub fn start(socket: OwnedFd, config: DispatchConfig) -> io::Result<Self> {
+        Self::spawn(vec![socket], config, None)
+    }
+
+    /// Starts the sender thread on `sockets` (by index in [`Self::submit_to`]),
+    /// reporting every datagram's departure to the returned feed.
+    pub fn start_reporting(
+        sockets: Vec<OwnedFd>,
+        config: DispatchConfig,
+    ) -> io::Result<(Self, DepartureFeed)> {
+        // SAFETY: plain syscall; the descriptor is checked and then owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor nothing else owns.
+        let event = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+        let (tx, rx) = mpsc::channel();
+        let cpu_ns = Arc::new(AtomicU64::new(0));
+        let reporter = Reporter {
+            tx,
+            event: event.clone(),
+            cpu_ns: cpu_ns.clone(),
+        };
+        let d = Self::spawn(sockets, config, Some(reporter))?;
+        Ok((d, DepartureFeed { rx, event, cpu_ns }))
+    }
+
+    fn spawn(
+        sockets: Vec<OwnedFd>,
+        config: DispatchConfig,
+        reporter: Option<Reporter>,
+    ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -228,7 +355,7 @@ impl Dispatcher {
                 if failed {
                     return DispatchStats::default();
                 }
-                run(&socket, &config, &rx)
+                run(&sockets, &config, &rx, reporter.as_ref())
             })?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Self {
@@ -246,9 +373,30 @@ impl Dispatcher {
     /// Hands over a datagram to send at `at_ns` (`CLOCK_MONOTONIC`). A slot already
     /// past is sent at once. Fails only if the thread is gone.
     pub fn submit(&self, at_ns: u64, datagram: Vec<u8>) -> io::Result<()> {
+        self.submit_to(at_ns, 0, None, datagram, 0)
+    }
+
+    /// Hands over a datagram to send at `at_ns` on socket `socket` (an index into the
+    /// sockets given at the start) to `to` (None: the socket is connected); `tag`
+    /// comes back in its [`Departure`]. A slot already past is sent at once. Fails
+    /// only if the thread is gone.
+    pub fn submit_to(
+        &self,
+        at_ns: u64,
+        socket: usize,
+        to: Option<SocketAddr>,
+        datagram: Vec<u8>,
+        tag: u64,
+    ) -> io::Result<()> {
+        let item = Item {
+            bytes: datagram,
+            socket,
+            to,
+            tag,
+        };
         self.tx
             .as_ref()
-            .and_then(|tx| tx.send((at_ns, datagram)).ok())
+            .and_then(|tx| tx.send((at_ns, item)).ok())
             .ok_or_else(|| io::Error::other("dispatch thread is gone"))
     }
 
@@ -289,7 +437,12 @@ fn prepare_thread(rt_priority: Option<i32>) -> io::Result<()> {
     Ok(())
 }
 
-fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> DispatchStats {
+fn run(
+    sockets: &[OwnedFd],
+    config: &DispatchConfig,
+    rx: &Receiver<Msg>,
+    reporter: Option<&Reporter>,
+) -> DispatchStats {
     let qos = if config.cpu_latency_qos {
         CpuLatencyRequest::hold().ok()
     } else {
@@ -340,7 +493,9 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
                 Err(RecvTimeoutError::Timeout) => {
                     let late = monotonic_ns().saturating_sub(wake);
                     margin.on_wake(late);
-                    stats.wake_lateness_ns.push(late);
+                    if config.record_samples {
+                        stats.wake_lateness_ns.push(late);
+                    }
                     slept = true;
                 }
                 Err(RecvTimeoutError::Disconnected) => open = false,
@@ -360,7 +515,40 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
             stats.taken_late += 1;
         }
         queue.take_batch(coalesce, BATCH, &mut batch);
-        send_batch(socket.as_fd(), &batch, coalesce, &mut stats);
+        // One sendmmsg per run of datagrams on the same socket.
+        let mut start = 0;
+        while start < batch.len() {
+            let socket = batch[start].1.socket;
+            let end = batch[start..]
+                .iter()
+                .position(|(_, item)| item.socket != socket)
+                .map_or(batch.len(), |n| start + n);
+            match sockets.get(socket) {
+                Some(fd) => send_batch(
+                    fd.as_fd(),
+                    &batch[start..end],
+                    coalesce,
+                    config.record_samples,
+                    &mut stats,
+                    reporter,
+                ),
+                None => {
+                    stats.send_errors += (end - start) as u64;
+                    stats.send_error_last = Some(format!("no socket {socket}"));
+                    if let Some(r) = reporter {
+                        for (_, item) in &batch[start..end] {
+                            let _ = r.tx.send(failed(item));
+                        }
+                    }
+                }
+            }
+            start = end;
+        }
+        if let Some(r) = reporter {
+            r.cpu_ns
+                .store(thread_cpu_ns().saturating_sub(start_cpu), Ordering::Relaxed);
+            r.wake();
+        }
     }
     drop(qos);
     stats.cpu_ns = thread_cpu_ns().saturating_sub(start_cpu);
@@ -368,41 +556,68 @@ fn run(socket: &OwnedFd, config: &DispatchConfig, rx: &Receiver<Msg>) -> Dispatc
     stats
 }
 
-/// Queues a submitted datagram, counting it if its slot has already passed.
-fn accept(queue: &mut SlotQueue, stats: &mut DispatchStats, at: u64, d: Vec<u8>) {
+/// Queues a submitted datagram, counting it if its slot has already passed (the tag's
+/// top bit then records it for the departure report).
+fn accept(queue: &mut SlotQueue<Item>, stats: &mut DispatchStats, at: u64, mut d: Item) {
     if monotonic_ns() > at {
         stats.submitted_late += 1;
+        d.tag |= SUBMITTED_LATE;
     }
     queue.push(at, d);
 }
 
-/// Sends `batch` with `sendmmsg` (the rest again after a partial send), recording
-/// each datagram's lateness.
+/// Marks an item whose slot had passed when the thread received it (tags are the
+/// owner's; it gets them back without this bit).
+const SUBMITTED_LATE: u64 = 1 << 63;
+
+fn failed(item: &Item) -> Departure {
+    Departure {
+        tag: item.tag & !SUBMITTED_LATE,
+        len: item.bytes.len(),
+        sent: false,
+        late_ns: 0,
+        submitted_late: item.tag & SUBMITTED_LATE != 0,
+    }
+}
+
+/// Sends `batch` (all on `fd`) with `sendmmsg` (the rest again after a partial send),
+/// recording each datagram's lateness and reporting its departure.
 fn send_batch(
     fd: BorrowedFd<'_>,
-    batch: &[(u64, Vec<u8>)],
+    batch: &[(u64, Item)],
     coalesce_ns: u64,
+    record: bool,
     stats: &mut DispatchStats,
+    reporter: Option<&Reporter>,
 ) {
     let mut iov: Vec<libc::iovec> = batch
         .iter()
         .map(|(_, d)| libc::iovec {
-            iov_base: d.as_ptr() as *mut libc::c_void,
-            iov_len: d.len(),
+            iov_base: d.bytes.as_ptr() as *mut libc::c_void,
+            iov_len: d.bytes.len(),
         })
+        .collect();
+    let names: Vec<Option<SockAddr>> = batch
+        .iter()
+        .map(|(_, d)| d.to.map(SockAddr::from))
         .collect();
     // SAFETY: mmsghdr is POD; zeroed is a valid empty header.
     let mut msgs: Vec<libc::mmsghdr> = (0..batch.len())
         .map(|_| unsafe { std::mem::zeroed() })
         .collect();
-    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+    for ((m, v), name) in msgs.iter_mut().zip(iov.iter_mut()).zip(&names) {
         m.msg_hdr.msg_iov = v;
         m.msg_hdr.msg_iovlen = 1;
+        if let Some(name) = name {
+            m.msg_hdr.msg_name = name.as_ptr() as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = name.len();
+        }
     }
     let mut done = 0;
     while done < batch.len() {
         let now = monotonic_ns();
-        // SAFETY: every header points at an iovec of a datagram alive for the call.
+        // SAFETY: every header points at an iovec of a datagram and at an address, both
+        // alive for the call.
         let n = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
@@ -417,14 +632,27 @@ fn send_batch(
             let e = io::Error::last_os_error();
             stats.send_errors += 1;
             stats.send_error_last = Some(e.to_string());
+            if let Some(r) = reporter {
+                let _ = r.tx.send(failed(&batch[done].1));
+            }
             done += 1;
             continue;
         }
-        for (at, _) in &batch[done..done + n as usize] {
+        for (at, item) in &batch[done..done + n as usize] {
             if now < at.saturating_sub(coalesce_ns) {
                 stats.early += 1;
             }
-            stats.lateness_ns.push(now.saturating_sub(*at));
+            let late = now.saturating_sub(*at);
+            if record {
+                stats.lateness_ns.push(late);
+            }
+            if let Some(r) = reporter {
+                let _ = r.tx.send(Departure {
+                    sent: true,
+                    late_ns: late,
+                    ..failed(item)
+                });
+            }
         }
         stats.sent += n as u64;
         done += n as usize;
@@ -671,6 +899,53 @@ mod tests {
         assert_eq!(stats.early, 0);
         assert!(monotonic_ns() >= base + 3_000_000);
         assert_eq!(stats.lateness_ns.len(), 4);
+    }
+
+    #[test]
+    fn reporting_dispatcher_sends_to_each_address_and_reports_every_departure() {
+        let (rx_a, rx_b) = (pair().1, pair().1);
+        let tx = (0..2)
+            .map(|_| OwnedFd::from(UdpSocket::bind("127.0.0.1:0").unwrap()))
+            .collect();
+        let (d, feed) = Dispatcher::start_reporting(
+            tx,
+            DispatchConfig {
+                cpu_latency_qos: false,
+                record_samples: false,
+                ..DispatchConfig::default()
+            },
+        )
+        .unwrap();
+        let base = monotonic_ns() + 2_000_000;
+        let (a, b) = (rx_a.local_addr().unwrap(), rx_b.local_addr().unwrap());
+        // Two on socket 0 and one on socket 1 share a slot; one goes to a socket that
+        // does not exist.
+        d.submit_to(base, 0, Some(a), vec![1; 10], 11).unwrap();
+        d.submit_to(base, 1, Some(b), vec![2; 20], 12).unwrap();
+        d.submit_to(base, 0, Some(a), vec![3; 30], 13).unwrap();
+        d.submit_to(base + 1_000_000, 5, Some(a), vec![4; 40], 14)
+            .unwrap();
+        let stats = d.finish();
+        let mut got = Vec::new();
+        feed.drain(&mut got);
+        got.sort_by_key(|g| g.tag);
+        let sent: Vec<(u64, usize, bool)> = got.iter().map(|g| (g.tag, g.len, g.sent)).collect();
+        assert_eq!(
+            sent,
+            [
+                (11, 10, true),
+                (12, 20, true),
+                (13, 30, true),
+                (14, 40, false)
+            ]
+        );
+        assert!(got.iter().all(|g| !g.submitted_late));
+        assert_eq!((stats.sent, stats.send_errors), (3, 1));
+        assert!(stats.lateness_ns.is_empty(), "samples not recorded");
+        let mut buf = [0u8; 64];
+        assert_eq!(rx_a.recv(&mut buf).unwrap(), 10);
+        assert_eq!(rx_a.recv(&mut buf).unwrap(), 30);
+        assert_eq!(rx_b.recv(&mut buf).unwrap(), 20);
     }
 
     #[test]

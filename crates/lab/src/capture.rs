@@ -311,6 +311,68 @@ pub fn idt_errors(arrivals: &[Arrival], run: u32, slots: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// How well a paced link's datagrams kept their spacing, from a capture of the tunnel's
+/// (encrypted, untagged) datagrams: see [`paced_departures`].
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct PacedDepartures {
+    /// The pacing rate the spacing is compared with, bit/s of engine datagrams.
+    pub rate_bps: f64,
+    /// Pairs of consecutive data datagrams compared.
+    pub pairs: usize,
+    /// Mean expected gap, µs.
+    pub expected_gap_us: f64,
+    /// Mean measured gap, µs.
+    pub measured_gap_us: f64,
+    /// Mean |measured - expected| gap, µs.
+    pub error_mean_us: f64,
+    /// Percentiles of |measured - expected|, µs.
+    pub error_us: crate::stats::Percentiles,
+}
+
+/// Inter-departure errors of a link paced at `rate_bps` with a standing backlog: for
+/// each two consecutive captured datagrams of at least `min_ip_len` bytes (data; an
+/// acknowledgement between them breaks the pair) arriving in `[from_ns, to_ns)`
+/// (`CLOCK_REALTIME`), |gap - expected|, where the pacer's expected gap is the first
+/// one's engine datagram (IP length less `overhead` bytes of IP, UDP and the
+/// authentication tag) at the rate.
+pub fn paced_departures(
+    arrivals: &[Arrival],
+    rate_bps: f64,
+    overhead: usize,
+    min_ip_len: u16,
+    from_ns: u64,
+    to_ns: u64,
+) -> PacedDepartures {
+    let inside: Vec<&Arrival> = arrivals
+        .iter()
+        .filter(|a| a.ts_ns >= from_ns && a.ts_ns < to_ns)
+        .collect();
+    let mut errors = Vec::new();
+    let (mut expected_sum, mut measured_sum) = (0.0, 0.0);
+    for w in inside.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.ip_len < min_ip_len || b.ip_len < min_ip_len || b.ts_ns < a.ts_ns {
+            continue;
+        }
+        let bytes = usize::from(a.ip_len).saturating_sub(overhead);
+        let expected = bytes as f64 * 8.0 / rate_bps * 1e9;
+        let measured = (b.ts_ns - a.ts_ns) as f64;
+        expected_sum += expected;
+        measured_sum += measured;
+        errors.push((measured - expected).abs() / 1e3);
+    }
+    let n = errors.len();
+    let mean = |x: f64| if n == 0 { 0.0 } else { x / n as f64 };
+    PacedDepartures {
+        rate_bps,
+        pairs: n,
+        expected_gap_us: mean(expected_sum) / 1e3,
+        measured_gap_us: mean(measured_sum) / 1e3,
+        error_mean_us: mean(errors.iter().sum()),
+        error_us: crate::stats::Percentiles::of(&errors),
+    }
+}
+
 /// Gaps (ns) between the two datagrams of each packet pair: pair `k` is sequence
 /// numbers `2k` and `2k + 1` of run `run`, both captured.
 pub fn pair_gaps(arrivals: &[Arrival], run: u32) -> Vec<u64> {

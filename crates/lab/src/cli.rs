@@ -63,6 +63,10 @@ pub struct LabArgs {
     /// Log every frame in the emulator's log.
     #[arg(long)]
     pub log_frames: bool,
+    /// Mode late: capture link 0's tunnel datagrams on the emulator's side and compare
+    /// their spacing with `[late] pacing_rate_mbps` (a note, and departures.json).
+    #[arg(long)]
+    pub capture_departures: bool,
 }
 
 /// One run of `lab --compare` / `--sim`: a column label, a mode, a scenario.
@@ -139,6 +143,7 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
         spin_us: args.spin_us,
         cc: args.cc.clone(),
         log_frames: args.log_frames,
+        capture_departures: args.capture_departures,
         ..LabOptions::default()
     };
     let cols = columns(args, &scenario)?;

@@ -20,6 +20,9 @@
 //! - The client's link `i` is `c{i}` with the server at `198.18.{i+1}.2:51820`; the
 //!   daemon counts its datagrams below the binding point until they leave the qdisc,
 //!   and `budget_packets` is the scenario's `[late] budget_packets`.
+//! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
+//!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
+//!   dispatch stage runs on the client only; the server gets `rate_control`).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
 //!   on their pid), so the lab's own real-time helpers do not starve them.
 //! - Before stopping them, the runner reads both daemons' status: the engine counters
@@ -88,6 +91,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(server, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
     writeln!(server, "policy = \"{}\"", spec.late.default_policy().name())?;
     writeln!(server, "redundant_links = {}", spec.late.redundant_links)?;
+    writeln!(server, "rate_control = {}", spec.late.rate_control)?;
     writeln!(server, "\n[[peers]]\nname = \"client\"")?;
     writeln!(server, "public_key = \"{}\"", client_key.public_key())?;
     writeln!(server, "address = \"{CLIENT_TUN}\"")?;
@@ -113,6 +117,16 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(client, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
     writeln!(client, "policy = \"{}\"", spec.late.default_policy().name())?;
     writeln!(client, "redundant_links = {}", spec.late.redundant_links)?;
+    writeln!(client, "rate_control = {}", spec.late.rate_control)?;
+    writeln!(client, "dispatch = {}", spec.late.dispatch)?;
+    writeln!(
+        client,
+        "dispatch_horizon_us = {:?}",
+        spec.late.dispatch_horizon_us
+    )?;
+    if let Some(p) = spec.late.dispatch_rt_priority {
+        writeln!(client, "dispatch_rt_priority = {p}")?;
+    }
     for l in links {
         let name = &spec.links[l.index].name;
         let unique = spec.links.iter().filter(|o| &o.name == name).count() == 1;
@@ -125,6 +139,9 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         writeln!(client, "name = {}", toml_string(&name))?;
         writeln!(client, "interface = \"{}\"", l.client_if)?;
         writeln!(client, "server = \"{}:{PORT}\"", l.server)?;
+        if let Some(r) = spec.late.pacing_rate_mbps {
+            writeln!(client, "pacing_rate_mbps = {r:?}")?;
+        }
     }
     // The same binding policies at both ends; a rule naming a flow matches its ports.
     let mut policies = String::new();

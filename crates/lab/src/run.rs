@@ -57,6 +57,10 @@
 //!   the qdisc's backlog at the cut plus the bound datagrams the client daemon still
 //!   held for that link (its status's `held_dropped`).
 //! - The report's `engine` is both daemons' counters, read just before they stop.
+//! - With `capture_departures`, a capture on `ec0` (the emulator's side of link 0,
+//!   kernel timestamps) compares the spacing of the tunnel's data datagrams with
+//!   `[late] pacing_rate_mbps` (`departures.json`, and a note): the dispatch stage's
+//!   departure accuracy (docs/RESULTS.md 9.7).
 //!
 //! # Mode `mptcp` (kernel multipath TCP; details in [`crate::mptcp`])
 //!
@@ -147,6 +151,10 @@ pub struct LabOptions {
     /// complete their handshake (on top of `lead`, half of which is left for the
     /// traffic tools to start).
     pub daemon_warmup: Duration,
+    /// Mode late: capture the tunnel's datagrams on the emulator's side of link 0
+    /// (`ec0`, kernel timestamps) and compare their spacing with `[late]
+    /// pacing_rate_mbps` over the first flow's time ([`LabOutcome::departures`]).
+    pub capture_departures: bool,
 }
 
 impl Default for LabOptions {
@@ -162,6 +170,7 @@ impl Default for LabOptions {
             cpu_latency_qos: true,
             rt_priority: Some(40),
             daemon_warmup: Duration::from_millis(1000),
+            capture_departures: false,
         }
     }
 }
@@ -200,6 +209,8 @@ pub struct LabOutcome {
     pub notes: Vec<String>,
     /// The run's folder (deleted after the run unless kept).
     pub run_dir: PathBuf,
+    /// Mode late with `capture_departures`: the spacing of link 0's tunnel datagrams.
+    pub departures: Option<crate::capture::PacedDepartures>,
 }
 
 /// Runs `scenario` in `mode` on real kernels. `exe` is a binary that understands
@@ -627,6 +638,14 @@ fn run_mode(
         }
         LabMode::Early | LabMode::Mptcp => None,
     };
+    let capture = match (mode, opts.capture_departures) {
+        (LabMode::Late, true) => Some(crate::capture::Capture::start(
+            Some(&topo.ns(Role::Emu)),
+            &links[0].emu_client_if,
+            late::PORT,
+        )?),
+        _ => None,
+    };
 
     // Receivers, then senders. Both measure around the cuts (ns after the base).
     let cut_list = cuts::cuts(scenario);
@@ -897,6 +916,44 @@ fn run_mode(
         ));
     }
     let final_qdisc: Vec<Option<QdiscStats>> = nl_client.root_qdiscs(&c_idx)?;
+    let departures = match capture {
+        Some(c) => {
+            let got = c.stop()?;
+            // The first flow's time, less its first half second (the backlog builds).
+            let f = &spec.flows[0];
+            let off = sys::realtime_offset_ns();
+            let at = |s: f64| (i128::from(base + secs_ns(s)) + off).max(0) as u64;
+            let rate = spec.late.pacing_rate_mbps.unwrap_or(0.0) * 1e6;
+            let d = crate::capture::paced_departures(
+                &got.arrivals,
+                rate,
+                crate::capture::IP_UDP_HEADERS + 16,
+                500,
+                at(f.start_s + 0.5),
+                at(f.stop_s.unwrap_or(duration_s).min(duration_s)),
+            );
+            std::fs::write(
+                dir.join("departures.json"),
+                serde_json::to_string_pretty(&d)? + "\n",
+            )?;
+            notes.push(format!(
+                "departures on link 0 (captured at {}, {} kernel drops): {} pairs, gap \
+                 expected {:.1} µs measured {:.1} µs, |error| mean {:.1} p50 {:.1} p99 {:.1} \
+                 max {:.1} µs",
+                links[0].emu_client_if,
+                got.kernel_drops,
+                d.pairs,
+                d.expected_gap_us,
+                d.measured_gap_us,
+                d.error_mean_us,
+                d.error_us.p50,
+                d.error_us.p99,
+                d.error_us.max
+            ));
+            Some(d)
+        }
+        None => None,
+    };
 
     // Collect.
     let deadline = base + secs_ns(end_s + 5.0);
@@ -1140,6 +1197,7 @@ fn run_mode(
         emulator: emu_stats,
         senders: send_sums,
         receivers: recv_sums,
+        departures,
         edges,
         notes,
         run_dir: dir.to_owned(),

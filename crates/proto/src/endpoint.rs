@@ -56,6 +56,10 @@ pub struct Transmit {
     pub len: usize,
     /// Whether it carries an inner packet (a DATA frame).
     pub carries_data: bool,
+    /// When it is to leave: its pacing slot. `now` from [`Endpoint::poll_transmit`];
+    /// up to the horizon after `now` from [`Endpoint::poll_transmit_ahead`]. The link's
+    /// datagrams have non-decreasing slots in packet-number order.
+    pub send_at: Instant,
 }
 
 /// A change of a local link reported by the driver (netlink, or the simulator's model).
@@ -246,6 +250,8 @@ pub struct Endpoint {
     copies: VecDeque<Pending>,
     aggregate: Aggregate,
     overflow: Overflow,
+    /// Binding horizon φ of the latest `poll_transmit_ahead` (zero: `poll_transmit`).
+    horizon: Duration,
 }
 
 impl Endpoint {
@@ -295,6 +301,7 @@ impl Endpoint {
             copies: VecDeque::new(),
             aggregate: Aggregate,
             overflow,
+            horizon: Duration::ZERO,
         })
     }
 
@@ -897,6 +904,26 @@ impl Endpoint {
 
     /// The next datagram to send, written into `buf` (cleared first). Call until `None`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.poll_transmit_ahead(now, Duration::ZERO, buf)
+    }
+
+    /// [`Self::poll_transmit`] with a binding horizon φ (the precise-dispatch stage,
+    /// DESIGN.md 2): a packet is bound to a link whose pacer allows it within `horizon`
+    /// of `now`, and [`Transmit::send_at`] is its slot, which the driver keeps (a sender
+    /// thread emits it then). It counts below the binding point from now until the
+    /// driver reports its departure (`handle_tx_done`), so the budget bounds how many
+    /// packets are bound ahead; it is recorded as sent at its slot (RTT, pacing, the
+    /// interface rate). Control datagrams are not paced: they go at `now`, or behind the
+    /// link's latest slot, so a link's datagrams leave in packet-number order. A zero
+    /// horizon is `poll_transmit`. Keep `horizon` the same from call to call: the
+    /// pacing timer of [`Self::poll_timeout`] comes `horizon` early.
+    pub fn poll_transmit_ahead(
+        &mut self,
+        now: Instant,
+        horizon: Duration,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        self.horizon = horizon;
         buf.clear();
         self.last_poll = now;
         if let Some(t) = self.poll_control(now, buf) {
@@ -1047,6 +1074,18 @@ impl Endpoint {
         }
     }
 
+    /// With a binding horizon, a link whose pacer allows a packet within it has room now:
+    /// the views' `pacer_next` move the horizon earlier (until the next refresh, which
+    /// recomputes them).
+    fn views_ahead(&mut self) {
+        if self.horizon.is_zero() {
+            return;
+        }
+        for v in &mut self.views {
+            v.pacer_next = v.pacer_next.saturating_sub(self.horizon);
+        }
+    }
+
     /// Gives up reinjections that no link could take within `reinject_max_age`.
     fn expire_reinjections(&mut self, now: Instant) {
         let max_age = self.config.reinject_max_age;
@@ -1117,6 +1156,7 @@ impl Endpoint {
             backlog: 0,
         };
         self.refresh_views(now);
+        self.views_ahead();
         let mut views = std::mem::take(&mut self.reinject_views);
         views.clear();
         views.extend(self.views.iter().map(|v| {
@@ -1207,6 +1247,7 @@ impl Endpoint {
             return None;
         }
         self.refresh_views(now);
+        self.views_ahead();
         let views = std::mem::take(&mut self.views);
         self.overflow
             .on_local_congestion(self.queues.overflow_congestion());
@@ -1351,13 +1392,19 @@ impl Endpoint {
     ) -> Transmit {
         let carries_data = data.is_some();
         let l = &mut self.links[li];
-        l.on_sent(now, buf.len(), eliciting, data);
+        let send_at = if self.horizon.is_zero() {
+            now
+        } else {
+            l.slot(now, carries_data)
+        };
+        l.on_sent(send_at, buf.len(), eliciting, data);
         let link = l.id;
         self.refresh_view(li);
         Transmit {
             link,
             len: buf.len(),
             carries_data,
+            send_at,
         }
     }
 
@@ -1417,7 +1464,13 @@ impl Endpoint {
                 consider(l.oldest_unacked().map(|t| t + timeout * 3));
             }
             if !self.queues.is_empty() && l.state == LinkState::Up && l.paced() {
-                consider(l.pacer.blocked_until(1500).filter(|&t| t > self.last_poll));
+                // With a binding horizon the packet is bound that much before its slot.
+                consider(
+                    l.pacer
+                        .blocked_until(1500)
+                        .map(|t| t.saturating_sub(self.horizon))
+                        .filter(|&t| t > self.last_poll),
+                );
             }
         }
         next

@@ -269,7 +269,9 @@ impl Pacer {
             let dt = (now - self.last).as_secs_f64();
             self.tokens = (self.tokens + dt * rate).min(self.capacity);
         }
-        self.last = now;
+        // A packet bound ahead of its slot was sent at `last`, after `now`: the bucket's
+        // state is at `last` (without a horizon, `last` is never after `now`).
+        self.last = self.last.max(now);
     }
 
     /// Earliest time a packet of `size` bytes may be sent.
@@ -278,6 +280,8 @@ impl Pacer {
         let Some(rate) = self.rate else {
             return now;
         };
+        // Not before the latest send (after `now` when it was bound ahead of its slot).
+        let now = now.max(self.last);
         let dt = (now - self.last).as_secs_f64();
         let tokens = (self.tokens + dt * rate).min(self.capacity);
         if tokens >= size as f64 {
@@ -446,6 +450,9 @@ pub(crate) struct Link {
     /// LINK_STATUS announcements owed about this link.
     pub(crate) announce: bool,
     pub(crate) stats: LinkStats,
+    /// Slot of the latest datagram handed to the driver (after `now` when it was bound
+    /// ahead of its slot).
+    last_slot: Instant,
 }
 
 /// Packets that were acknowledged or declared lost by one ACK frame.
@@ -503,6 +510,7 @@ impl Link {
             suspect_since: now,
             announce: false,
             stats: LinkStats::default(),
+            last_slot: Instant::ZERO,
         }
     }
 
@@ -561,6 +569,15 @@ impl Link {
             }
             _ => paced,
         }
+    }
+
+    /// The slot of a datagram bound at `now` ahead of its slot: a data packet's when the
+    /// pacer (and window) allow it, a control datagram's at once; never before the
+    /// link's previous slot, so that its datagrams leave in packet-number order.
+    pub(crate) fn slot(&mut self, now: Instant, paced: bool) -> Instant {
+        let at = if paced { self.pacer_next(now) } else { now };
+        self.last_slot = at.max(now).max(self.last_slot);
+        self.last_slot
     }
 
     /// Whether a pacer or a window may hold this link's packets back.

@@ -205,6 +205,27 @@ pub struct LateKnobs {
     /// CoDel target sojourn of a per-flow queue, ms. Default 5.
     #[serde(default = "default_codel_target_ms")]
     pub codel_target_ms: f64,
+    /// The client's dispatch stage: packets bound `dispatch_horizon_us` before their
+    /// pacing slot, sent at it (by the daemon's sender thread in the lab; exactly on
+    /// time in the simulator, where they wait at the client and are lost with its
+    /// interface at a cut). Default false.
+    #[serde(default)]
+    pub dispatch: bool,
+    /// The dispatch stage's binding horizon φ, µs. Default 1000.
+    #[serde(default = "default_dispatch_horizon_us")]
+    pub dispatch_horizon_us: f64,
+    /// Lab only: `SCHED_FIFO` priority of the dispatch stage's sender thread (default:
+    /// the normal scheduler).
+    #[serde(default)]
+    pub dispatch_rt_priority: Option<i32>,
+    /// A cap on the client's pacing rate on every link, Mbit/s of the engine's
+    /// datagrams; none by default.
+    #[serde(default)]
+    pub pacing_rate_mbps: Option<f64>,
+}
+
+fn default_dispatch_horizon_us() -> f64 {
+    1000.0
 }
 
 /// `[[late.rules]]`: flows to a policy. Every key set must match.
@@ -374,6 +395,10 @@ impl Default for LateKnobs {
             rate_control: true,
             rate_control_max_queue_ms: default_rc_max_queue_ms(),
             codel_target_ms: default_codel_target_ms(),
+            dispatch: false,
+            dispatch_horizon_us: default_dispatch_horizon_us(),
+            dispatch_rt_priority: None,
+            pacing_rate_mbps: None,
         }
     }
 }
@@ -751,6 +776,33 @@ impl Scenario {
             if !(v.is_finite() && v > 0.0 && v <= 10_000.0) {
                 return Err(self.invalid(key.into(), v, "a time above 0 and up to 10000 ms"));
             }
+        }
+        if !(s.late.dispatch_horizon_us.is_finite()
+            && (0.0..=100_000.0).contains(&s.late.dispatch_horizon_us))
+        {
+            return Err(self.invalid(
+                "late.dispatch_horizon_us".into(),
+                s.late.dispatch_horizon_us,
+                "a time from 0 to 100000 µs",
+            ));
+        }
+        if let Some(p) = s.late.dispatch_rt_priority
+            && !(1..=99).contains(&p)
+        {
+            return Err(self.invalid(
+                "late.dispatch_rt_priority".into(),
+                p,
+                "a SCHED_FIFO priority from 1 to 99",
+            ));
+        }
+        if let Some(r) = s.late.pacing_rate_mbps
+            && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
+        {
+            return Err(self.invalid(
+                "late.pacing_rate_mbps".into(),
+                r,
+                "a rate above 0 and up to 100000 Mbit/s",
+            ));
         }
         if s.early.qdisc_packets + s.early.driver_packets == 0 {
             return Err(self.invalid(

@@ -204,6 +204,12 @@ pub struct World {
     steps: u64,
     stalls: u64,
     backlog: [BacklogTally; 2],
+    /// Mode late with `[late] dispatch`: the client binds packets this long before their
+    /// pacing slot (the daemon's dispatch stage, without its send-time error).
+    horizon: Option<Duration>,
+    /// Per link: the client's datagrams bound ahead, waiting for their slot (the
+    /// dispatch stage's sender thread), in slot order.
+    ahead: Vec<VecDeque<(Duration, Vec<u8>)>>,
 }
 
 /// `LATEBIND_SIM_TRACE=MS`: every MS milliseconds of simulated time, both engines' link
@@ -408,17 +414,30 @@ impl World {
                     Endpoint::new(sc, now_i(Duration::ZERO)).expect("same config validated");
                 for i in 0..links.len() {
                     let id = LinkId(i as u16);
-                    c.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
+                    let pacing_rate = scenario.spec.late.pacing_rate_mbps.map(|r| r * 1e6 / 8.0);
+                    c.add_link(
+                        now_i(Duration::ZERO),
+                        id,
+                        LinkConfig {
+                            pacing_rate,
+                            ..LinkConfig::default()
+                        },
+                    );
                     s.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
                 }
                 (Some(c), Some(s))
             }
         };
+        let horizon = (mode == Mode::Late && spec.late.dispatch)
+            .then(|| secs(spec.late.dispatch_horizon_us / 1e6));
+        let ahead = vec![VecDeque::new(); links.len()];
         Ok(Self {
             mode,
             now: Duration::ZERO,
             end,
             drain_until,
+            horizon,
+            ahead,
             links,
             flows,
             demux,
@@ -522,6 +541,9 @@ impl World {
         for e in [&self.client, &self.server].into_iter().flatten() {
             consider(e.poll_timeout().map(|t| t.as_duration()));
         }
+        for q in &self.ahead {
+            consider(q.front().map(|(at, _)| *at));
+        }
         next
     }
 
@@ -579,6 +601,7 @@ impl World {
                 }
             }
             if self.mode == Mode::Late {
+                progressed |= self.release_ahead(now);
                 progressed |= self.drive_engine(Side::Client, now);
                 progressed |= self.drive_engine(Side::Server, now);
             }
@@ -665,6 +688,9 @@ impl World {
                     return;
                 }
                 self.links[i].out = true;
+                // What waits for its slot at the client goes with the interface.
+                let held = self.ahead.get_mut(i).map_or(0, |q| std::mem::take(q).len());
+                self.links[i].tally.lost_at_outage_up += held as u64;
                 if let Some(c) = self.client.as_mut() {
                     c.handle_link_change(now_i(now), id, LinkChange::Down);
                 }
@@ -806,8 +832,20 @@ impl World {
                 e.handle_timeout(t);
             }
             let mut did = false;
-            while let Some(tx) = e.poll_transmit(t, &mut buf) {
+            loop {
+                let tx = match (side, self.horizon) {
+                    (Side::Client, Some(h)) => e.poll_transmit_ahead(t, h, &mut buf),
+                    _ => e.poll_transmit(t, &mut buf),
+                };
+                let Some(tx) = tx else { break };
                 did = true;
+                if tx.send_at > t
+                    && let Some(q) = self.ahead.get_mut(usize::from(tx.link.0))
+                {
+                    // Bound ahead: it waits for its slot (release_ahead).
+                    q.push_back((tx.send_at.as_duration(), buf[..tx.len].to_vec()));
+                    continue;
+                }
                 let uplink = side == Side::Client;
                 let ok = self.enqueue_dgram(usize::from(tx.link.0), uplink, &buf[..tx.len]);
                 // The server's interface is not the bottleneck: its datagrams leave at
@@ -832,6 +870,25 @@ impl World {
         }
         self.buf = buf;
         *self.engine_slot(side) = Some(e);
+        progressed
+    }
+
+    /// Hands the client's datagrams whose slot has come to their links (the dispatch
+    /// stage's sender thread, exactly on time).
+    fn release_ahead(&mut self, now: Duration) -> bool {
+        let mut progressed = false;
+        for li in 0..self.ahead.len() {
+            while self.ahead[li].front().is_some_and(|(at, _)| *at <= now) {
+                let (_, d) = self.ahead[li].pop_front().expect("checked");
+                progressed = true;
+                let ok = self.enqueue_dgram(li, true, &d);
+                if (!self.links[li].up_visible || !ok)
+                    && let Some(c) = self.client.as_mut()
+                {
+                    c.handle_tx_done(now_i(now), LinkId(li as u16));
+                }
+            }
+        }
         progressed
     }
 

@@ -1,0 +1,141 @@
+//! Binding ahead of the pacing slot (`poll_transmit_ahead`, the precise-dispatch stage):
+//! slots in pacing order, counted below the binding point until they depart, and a
+//! zero horizon that is `poll_transmit` exactly.
+
+use core::time::Duration;
+
+use super::harness::{FlowSpec, at_ms};
+use crate::{Config, Endpoint, Instant, LinkConfig, LinkId, Role, Transmit};
+
+/// Bytes per second of the test link's pacer: 1 byte per µs.
+const RATE: f64 = 1e6;
+
+fn endpoint(rate_control: bool, budget: usize) -> Endpoint {
+    let mut config = Config::new(Role::Client);
+    config.session(7).budget_packets(budget);
+    config.rate_control = rate_control;
+    let mut e = Endpoint::new(config, Instant::ZERO).unwrap();
+    let pacing_rate = (!rate_control).then_some(RATE);
+    e.add_link(
+        Instant::ZERO,
+        LinkId(0),
+        LinkConfig {
+            pacing_rate,
+            ..LinkConfig::default()
+        },
+    );
+    e
+}
+
+fn enqueue(e: &mut Endpoint, now: Instant, n: u32) {
+    let flow = FlowSpec::bulk(4000, 960);
+    for seq in 0..n {
+        e.handle_tun_packet(now, &flow.packet(seq)).unwrap();
+    }
+}
+
+fn below(e: &Endpoint, now: Instant) -> usize {
+    e.link_views(now)[0].below_binding
+}
+
+#[test]
+fn ahead_binding_returns_slots_in_pacing_order_below_the_binding_point() {
+    let mut e = endpoint(false, 16);
+    let now = at_ms(10);
+    enqueue(&mut e, now, 20);
+    let horizon = Duration::from_millis(5);
+    let mut buf = Vec::new();
+    let mut sent: Vec<Transmit> = Vec::new();
+    while let Some(t) = e.poll_transmit_ahead(now, horizon, &mut buf) {
+        sent.push(t);
+    }
+    let data: Vec<&Transmit> = sent.iter().filter(|t| t.carries_data).collect();
+    // The pacer, not the budget, stopped the binding: every slot within the horizon,
+    // and more than the bucket's burst bound ahead.
+    assert!(sent.len() < 16, "{}", sent.len());
+    assert!(data.len() > 3, "{}", data.len());
+    assert!(
+        sent.iter()
+            .all(|t| t.send_at >= now && t.send_at <= now + horizon)
+    );
+    assert!(sent.last().unwrap().send_at > now);
+    // Slots in packet order, spaced by the pacer: once the bucket is empty, each data
+    // packet waits for the previous one's bytes at 1 byte per µs (a 1500-byte margin
+    // is what the pacer asks for, so the gap is the previous packet's length).
+    assert!(sent.windows(2).all(|w| w[0].send_at <= w[1].send_at));
+    for w in data.windows(2).filter(|w| w[0].send_at > now) {
+        let gap = w[1].send_at - w[0].send_at;
+        let expected = Duration::from_secs_f64(w[0].len as f64 / RATE);
+        assert!(gap.abs_diff(expected) < Duration::from_micros(2), "{gap:?}");
+    }
+    // All of them below the binding point until their departures are reported.
+    assert_eq!(below(&e, now), sent.len());
+    assert!(e.poll_transmit_ahead(now, horizon, &mut buf).is_none());
+    for (i, t) in sent.iter().enumerate() {
+        e.handle_tx_done(t.send_at, t.link);
+        assert_eq!(below(&e, t.send_at), sent.len() - i - 1);
+    }
+    // The pacing timer comes the horizon before the next slot, not at it.
+    let next_slot = sent.last().unwrap().send_at
+        + Duration::from_secs_f64(sent.last().unwrap().len as f64 / RATE);
+    let timeout = e.poll_timeout().unwrap();
+    assert!(timeout <= next_slot.saturating_sub(horizon) + Duration::from_micros(2));
+    assert!(timeout > now);
+}
+
+#[test]
+fn ahead_binding_is_bounded_by_the_budget() {
+    let mut e = endpoint(false, 2);
+    let now = at_ms(10);
+    enqueue(&mut e, now, 20);
+    let mut buf = Vec::new();
+    let mut n = 0;
+    while e
+        .poll_transmit_ahead(now, Duration::from_millis(50), &mut buf)
+        .is_some()
+    {
+        n += 1;
+    }
+    assert_eq!(n, 2);
+    assert_eq!(below(&e, now), 2);
+}
+
+#[test]
+fn zero_horizon_is_poll_transmit() {
+    for rate_control in [false, true] {
+        let (mut a, mut b) = (endpoint(rate_control, 2), endpoint(rate_control, 2));
+        let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
+        let mut count = 0;
+        for step in 0..400u64 {
+            let now = Instant::from_nanos(step * 97_000);
+            if step % 10 == 0 {
+                enqueue(&mut a, now, 5);
+                enqueue(&mut b, now, 5);
+            }
+            if a.poll_timeout().is_some_and(|t| t <= now) {
+                a.handle_timeout(now);
+                b.handle_timeout(now);
+            }
+            loop {
+                let ta = a.poll_transmit(now, &mut buf_a);
+                let tb = b.poll_transmit_ahead(now, Duration::ZERO, &mut buf_b);
+                assert_eq!(ta, tb);
+                assert_eq!(buf_a, buf_b);
+                let Some(t) = ta else { break };
+                assert_eq!(t.send_at, now);
+                count += 1;
+                // Half of them depart at once, the rest at the next step.
+                if count % 2 == 0 {
+                    a.handle_tx_done(now, t.link);
+                    b.handle_tx_done(now, t.link);
+                }
+            }
+            while below(&a, now) > 0 && step % 3 == 0 {
+                a.handle_tx_done(now, LinkId(0));
+                b.handle_tx_done(now, LinkId(0));
+            }
+            assert_eq!(a.poll_timeout(), b.poll_timeout());
+        }
+        assert!(count > 20, "{count}");
+    }
+}
