@@ -176,6 +176,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             LinkConfig {
                 backup: l.backup,
                 pacing_rate: l.pacing_rate_mbps.map(|r| r * 1e6 / 8.0),
+                capacity: l.capacity_mbps.map(|r| r * 1e6 / 8.0),
             },
         );
         if !(links[i].up && links[i].has_addr) {

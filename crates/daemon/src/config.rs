@@ -129,6 +129,9 @@ pub struct LinkSection {
     pub backup: bool,
     /// Pacing rate cap of this link, Mbit/s (the whole datagram); none by default.
     pub pacing_rate_mbps: Option<f64>,
+    /// The link's uplink capacity, Mbit/s of datagrams, if known (`latebind probe`
+    /// measures it): rate control starts from it instead of searching; none by default.
+    pub capacity_mbps: Option<f64>,
 }
 
 /// `[[rules]]`: flows to a binding policy; every key set must match, first match wins.
@@ -661,6 +664,15 @@ impl ClientConfig {
                     "a rate above 0 and up to 100000 Mbit/s",
                 ));
             }
+            if let Some(r) = l.capacity_mbps
+                && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
+            {
+                return Err(v.err(
+                    format!("links[{i}].capacity_mbps"),
+                    r,
+                    "a rate above 0 and up to 100000 Mbit/s",
+                ));
+            }
             if file.links[..i].iter().any(|o| o.name == l.name) {
                 return Err(v.err(
                     format!("links[{i}].name"),
@@ -851,6 +863,23 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("overflow.k = -1"), "{e}");
+    }
+
+    #[test]
+    fn a_link_capacity_is_a_rate_in_mbps() {
+        let c = ClientConfig::parse(Path::new("c.toml"), &client_text("")).unwrap();
+        assert_eq!(c.file.links[0].capacity_mbps, None);
+        let text = client_text("").replacen("# capacity_mbps = 20.0", "capacity_mbps = 20.0", 1);
+        let c = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
+        assert_eq!(c.file.links[0].capacity_mbps, Some(20.0));
+        let text = client_text("").replacen("# capacity_mbps = 20.0", "capacity_mbps = 0.0", 1);
+        let e = ClientConfig::parse(Path::new("c.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("links[0].capacity_mbps = 0") && e.contains("a rate above 0"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -441,7 +441,7 @@ mod tests {
             LinkId(0),
             LinkConfig {
                 pacing_rate: Some(1e6),
-                backup: false,
+                ..LinkConfig::default()
             },
         );
         let mut s = Session::new(e);

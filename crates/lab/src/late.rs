@@ -23,6 +23,8 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
+//!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
+//!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
 //!   on their pid), so the lab's own real-time helpers do not starve them.
 //! - Before stopping them, the runner reads both daemons' status: the engine counters
@@ -62,6 +64,27 @@ pub struct Daemons {
     pub server_sock: PathBuf,
     /// The client's control socket.
     pub client_sock: PathBuf,
+}
+
+/// Link `i`'s mean uplink rate, Mbit/s: its fixed rate or its trace's mean (what the
+/// simulator seeds with `[late] seed_capacity`).
+fn uplink_mbps(scenario: &Scenario, i: usize) -> Result<f64> {
+    let l = &scenario.spec.links[i];
+    Ok(
+        match (l.trace_up.as_ref().or(l.trace.as_ref()), l.rate_mbps) {
+            (Some(p), _) => {
+                let path = scenario.resolve(p);
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                latebind_linkmodel::Trace::parse(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
+                    .mean_rate_bps()
+                    / 1e6
+            }
+            (None, Some(r)) => r,
+            (None, None) => bail!("links[{i}]: no rate_mbps and no trace"),
+        },
+    )
 }
 
 /// The configuration files of both daemons: `(server.toml, client.toml)`.
@@ -141,6 +164,13 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         writeln!(client, "server = \"{}:{PORT}\"", l.server)?;
         if let Some(r) = spec.late.pacing_rate_mbps {
             writeln!(client, "pacing_rate_mbps = {r:?}")?;
+        }
+        if spec.late.seed_capacity {
+            writeln!(
+                client,
+                "capacity_mbps = {:?}",
+                uplink_mbps(scenario, l.index)?
+            )?;
         }
     }
     // The same binding policies at both ends; a rule naming a flow matches its ports.
@@ -379,5 +409,13 @@ mod tests {
         assert_eq!(c.file.links[0].name, "wi\"fi");
         assert_eq!(c.file.links[1].interface, "c1");
         assert_eq!(c.file.links[1].server, "198.18.2.2:51820".parse().unwrap());
+        assert_eq!(c.file.links[1].capacity_mbps, None);
+        // `seed_capacity`: each client link gets its uplink's rate.
+        let seeded = scenario
+            .with_overrides(["late.seed_capacity=true"])
+            .unwrap();
+        let (_, c) = configs(&seeded, &links, dir).unwrap();
+        let c = latebind_daemon::config::ClientConfig::parse(Path::new("client.toml"), &c).unwrap();
+        assert_eq!(c.file.links[1].capacity_mbps, Some(1.0));
     }
 }

@@ -177,6 +177,9 @@ pub(crate) struct Controller {
     short_since: Option<Instant>,
     /// Startup: no queue seen yet since the link started or took another's load.
     startup: bool,
+    /// The link's capacity as configured (bytes per second), if known: during startup
+    /// the window is at least what carries it over the measured RTT.
+    seed: Option<f64>,
     /// The longest gap between two acknowledgements of the last [`GAP_WINDOW`], counted
     /// only as far as the packet acknowledged after it waited beyond the path's minimum:
     /// how long the link can deliver nothing while packets wait (a cellular scheduler's
@@ -216,6 +219,7 @@ impl Controller {
             last_nearly_empty: now,
             short_since: None,
             startup: true,
+            seed: None,
             gaps: MinMax::new(true),
             last_ack_at: now,
             competitive: false,
@@ -229,7 +233,27 @@ impl Controller {
 
     /// Starts over (a link back from down may be a different path).
     pub(crate) fn reset(&mut self, now: Instant, initial_rtt: Duration) {
+        let seed = self.seed;
         *self = Self::new(now, initial_rtt, self.max_queue);
+        if let Some(rate) = seed {
+            self.seed(rate);
+        }
+    }
+
+    /// Starts from a known capacity, bytes per second (from a probe of the link): the
+    /// window opens to carry it over the RTT at once, and through startup it stays at
+    /// least that (as the RTT becomes known) instead of doubling up to it from the initial
+    /// window. The rate the window limited the link at starts there too, so the first
+    /// cuts fit the window to it; acknowledgements then replace it with what the link
+    /// delivers. A seed above the capacity shows as a queue at the first round trip and
+    /// ends startup like any other.
+    pub(crate) fn seed(&mut self, rate: f64) {
+        if !(rate.is_finite() && rate > 0.0) {
+            return;
+        }
+        self.seed = Some(rate);
+        self.limited_rate = rate;
+        self.cwnd = self.cwnd.max(rate * self.standing_rtt.as_secs_f64());
     }
 
     /// What this link carried lately, bytes per second: its delivery rate.
@@ -383,6 +407,15 @@ impl Controller {
                 self.gaps.update(now, GAP_WINDOW, gap);
             }
             self.last_ack_at = now;
+        }
+        if self.startup
+            && self.has_sample
+            && let Some(rate) = self.seed
+        {
+            // The known capacity over the path's RTT as soon as there is one, before the
+            // delivery rate has a window's worth of acknowledgements.
+            let bdp = rate * self.min_rtt.get().as_secs_f64() + HOLD_PACKETS * MSS;
+            self.cwnd = self.cwnd.max(bdp);
         }
         if !self.has_sample || acked == 0 || self.rate <= 0.0 {
             return;
@@ -637,6 +670,36 @@ mod tests {
             max < 0.015,
             "queueing delay up to {max} s after the drop settled"
         );
+    }
+
+    #[test]
+    fn a_seeded_link_starts_at_its_capacity_over_the_measured_rtt() {
+        // 10 Mb/s known beforehand, a 250 ms path (the initial RTT guess is 100 ms).
+        let rate = 10e6 / 8.0;
+        let mut seeded = Controller::new(Instant::ZERO, ms(100), ms(20));
+        seeded.seed(rate);
+        let mut plain = Controller::new(Instant::ZERO, ms(100), ms(20));
+        assert!(seeded.cwnd() as f64 >= rate * 0.1, "{}", seeded.cwnd());
+        assert_eq!(plain.cwnd() as f64, INITIAL_CWND);
+        // The first acknowledgements measure the path, with no queue on it.
+        for i in 1..=20u64 {
+            for c in [&mut seeded, &mut plain] {
+                c.on_ack(t(250 + i), 1500, Some(ms(250)), ms(250), ms(0), 0);
+            }
+        }
+        assert!(seeded.startup);
+        assert!(seeded.cwnd() as f64 >= rate * 0.25, "{}", seeded.cwnd());
+        assert!(
+            (plain.cwnd() as f64) < rate * 0.25 / 2.0,
+            "{}",
+            plain.cwnd()
+        );
+        // A seed is ignored unless it is a rate.
+        let mut bad = Controller::new(Instant::ZERO, ms(100), ms(20));
+        bad.seed(f64::NAN);
+        bad.seed(-1.0);
+        assert_eq!(bad.cwnd() as f64, INITIAL_CWND);
+        assert_eq!(bad.seed, None);
     }
 
     #[test]

@@ -390,6 +390,11 @@ pub struct LinkConfig {
     pub pacing_rate: Option<f64>,
     /// Only used when no other link is up.
     pub backup: bool,
+    /// The link's capacity, bytes per second of datagrams, if known beforehand (measured
+    /// with `latebind probe`): rate control starts from it instead of searching for it
+    /// from its initial window, and the delivery rate takes over as soon as acknowledgements
+    /// measure it. `None` (default): search.
+    pub capacity: Option<f64>,
 }
 
 #[cfg(test)]

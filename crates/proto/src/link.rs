@@ -473,7 +473,13 @@ impl Link {
         rate_control: Option<Duration>,
         now: Instant,
     ) -> Self {
-        let cc = rate_control.map(|max_queue| Controller::new(now, initial_rtt, max_queue));
+        let cc = rate_control.map(|max_queue| {
+            let mut c = Controller::new(now, initial_rtt, max_queue);
+            if let Some(rate) = config.capacity {
+                c.seed(rate);
+            }
+            c
+        });
         let mut pacer = Pacer::new(config.pacing_rate);
         if let Some(c) = &cc {
             pacer.set_rate(now, Self::paced_rate(config.pacing_rate, c));

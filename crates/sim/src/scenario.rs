@@ -205,6 +205,11 @@ pub struct LateKnobs {
     /// CoDel target sojourn of a per-flow queue, ms. Default 5.
     #[serde(default = "default_codel_target_ms")]
     pub codel_target_ms: f64,
+    /// Rate control on each link starts from the link's capacity in that direction (its
+    /// rate, or its trace's mean) instead of searching for it, as a daemon does with a
+    /// link's `capacity_mbps` (measured beforehand with `latebind probe`). Default false.
+    #[serde(default)]
+    pub seed_capacity: bool,
     /// The client's dispatch stage: packets bound `dispatch_horizon_us` before their
     /// pacing slot, sent at it (by the daemon's sender thread in the lab; exactly on
     /// time in the simulator, where they wait at the client and are lost with its
@@ -395,6 +400,7 @@ impl Default for LateKnobs {
             rate_control: true,
             rate_control_max_queue_ms: default_rc_max_queue_ms(),
             codel_target_ms: default_codel_target_ms(),
+            seed_capacity: false,
             dispatch: false,
             dispatch_horizon_us: default_dispatch_horizon_us(),
             dispatch_rt_priority: None,

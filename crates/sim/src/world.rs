@@ -222,6 +222,14 @@ fn trace_every() -> Option<u128> {
         .filter(|&ms| ms > 0)
 }
 
+/// A link direction's mean rate: its fixed rate or its trace's mean.
+fn mean_bits_per_sec(rate: &Rate) -> f64 {
+    match rate {
+        Rate::Fixed { bits_per_sec } => *bits_per_sec,
+        Rate::Trace(t) => t.mean_rate_bps(),
+    }
+}
+
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))
 }
@@ -415,15 +423,30 @@ impl World {
                 for i in 0..links.len() {
                     let id = LinkId(i as u16);
                     let pacing_rate = scenario.spec.late.pacing_rate_mbps.map(|r| r * 1e6 / 8.0);
+                    // `[late] seed_capacity`: each end knows its direction's mean rate,
+                    // as `latebind probe` would have measured it.
+                    let capacity = |d: &LinkDirection<Vec<u8>>| {
+                        spec.late
+                            .seed_capacity
+                            .then(|| mean_bits_per_sec(&d.params().rate) / 8.0)
+                    };
                     c.add_link(
                         now_i(Duration::ZERO),
                         id,
                         LinkConfig {
                             pacing_rate,
+                            capacity: capacity(&links[i].up),
                             ..LinkConfig::default()
                         },
                     );
-                    s.add_link(now_i(Duration::ZERO), id, LinkConfig::default());
+                    s.add_link(
+                        now_i(Duration::ZERO),
+                        id,
+                        LinkConfig {
+                            capacity: capacity(&links[i].down),
+                            ..LinkConfig::default()
+                        },
+                    );
                 }
                 (Some(c), Some(s))
             }
