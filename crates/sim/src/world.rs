@@ -420,7 +420,7 @@ impl World {
                 })?;
                 let mut s =
                     Endpoint::new(sc, now_i(Duration::ZERO)).expect("same config validated");
-                for i in 0..links.len() {
+                for (i, link) in links.iter().enumerate() {
                     let id = LinkId(i as u16);
                     let pacing_rate = scenario.spec.late.pacing_rate_mbps.map(|r| r * 1e6 / 8.0);
                     // `[late] seed_capacity`: each end knows its direction's mean rate,
@@ -435,7 +435,7 @@ impl World {
                         id,
                         LinkConfig {
                             pacing_rate,
-                            capacity: capacity(&links[i].up),
+                            capacity: capacity(&link.up),
                             ..LinkConfig::default()
                         },
                     );
@@ -443,7 +443,7 @@ impl World {
                         now_i(Duration::ZERO),
                         id,
                         LinkConfig {
-                            capacity: capacity(&links[i].down),
+                            capacity: capacity(&link.down),
                             ..LinkConfig::default()
                         },
                     );
