@@ -655,23 +655,19 @@ impl ClientConfig {
         }
         for (i, l) in file.links.iter().enumerate() {
             v.ifname(&format!("links[{i}].interface"), &l.interface)?;
-            if let Some(r) = l.pacing_rate_mbps
-                && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
-            {
-                return Err(v.err(
-                    format!("links[{i}].pacing_rate_mbps"),
-                    r,
-                    "a rate above 0 and up to 100000 Mbit/s",
-                ));
-            }
-            if let Some(r) = l.capacity_mbps
-                && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
-            {
-                return Err(v.err(
-                    format!("links[{i}].capacity_mbps"),
-                    r,
-                    "a rate above 0 and up to 100000 Mbit/s",
-                ));
+            for (key, rate) in [
+                ("pacing_rate_mbps", l.pacing_rate_mbps),
+                ("capacity_mbps", l.capacity_mbps),
+            ] {
+                if let Some(r) = rate
+                    && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
+                {
+                    return Err(v.err(
+                        format!("links[{i}].{key}"),
+                        r,
+                        "a rate above 0 and up to 100000 Mbit/s",
+                    ));
+                }
             }
             if file.links[..i].iter().any(|o| o.name == l.name) {
                 return Err(v.err(
