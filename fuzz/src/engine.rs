@@ -211,10 +211,13 @@ impl Driver {
             let link0 = LinkConfig {
                 pacing_rate: None,
                 backup: knobs.backup(),
+                capacity: None,
             };
+            // A paced link also starts its rate control from a known capacity.
             let link1 = LinkConfig {
                 pacing_rate: knobs.paced().then_some(PACING_RATE),
                 backup: false,
+                capacity: knobs.paced().then_some(PACING_RATE),
             };
             assert!(ep.add_link(START, LinkId(0), link0));
             assert!(ep.add_link(START, LinkId(1), link1));
