@@ -107,6 +107,18 @@ impl MinMax {
         self.empty = false;
     }
 
+    /// Adds a sample to a path's base (minimum) delay, over [`MIN_RTT_WINDOW`]. While
+    /// `frozen` (competitive mode: another sender's queue hides the path's own delay)
+    /// the base is kept and only a lower sample replaces it, or that queue would become
+    /// the base and the controller would defend it as empty.
+    fn update_base(&mut self, now: Instant, v: Duration, frozen: bool) {
+        if !frozen {
+            self.update(now, MIN_RTT_WINDOW, v);
+        } else if v < self.get() {
+            self.reset(now, v);
+        }
+    }
+
     /// Adds a sample; keeps the extreme of the last `window`.
     fn update(&mut self, now: Instant, window: Duration, v: Duration) {
         if self.empty || self.better(v, self.s[0].1) || now - self.s[2].0 > window {
@@ -317,13 +329,8 @@ impl Controller {
             return;
         };
         let v = Duration::from_nanos(ns);
-        if self.competitive && self.has_owd {
-            if v < self.owd_min.get() {
-                self.owd_min.reset(now, v);
-            }
-        } else {
-            self.owd_min.update(now, MIN_RTT_WINDOW, v);
-        }
+        self.owd_min
+            .update_base(now, v, self.competitive && self.has_owd);
         self.owd_standing.update(now, srtt / 2, v);
         self.owd_max.update(now, srtt * 4, v);
         self.has_owd = true;
@@ -378,16 +385,7 @@ impl Controller {
         in_flight: usize,
     ) {
         if let Some(rtt) = rtt {
-            if self.competitive {
-                // Another sender's queue hides the path's own RTT: keep the last one
-                // measured (only a lower sample replaces it), or that queue would
-                // become the base and the controller would defend it as empty.
-                if rtt < self.min_rtt.get() {
-                    self.min_rtt.reset(now, rtt);
-                }
-            } else {
-                self.min_rtt.update(now, MIN_RTT_WINDOW, rtt);
-            }
+            self.min_rtt.update_base(now, rtt, self.competitive);
             self.standing.update(now, srtt / 2, rtt);
             self.max_rtt.update(now, srtt * 4, rtt);
             self.has_sample = true;
