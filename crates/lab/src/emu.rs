@@ -78,10 +78,10 @@ pub struct DirectionSpec {
     pub seed: u64,
 }
 
-impl DirectionSpec {
-    /// The model parameters (loads a trace file).
-    pub fn params(&self) -> Result<LinkParams> {
-        let rate = match &self.rate {
+impl RateSpec {
+    /// The model's rate (loads a trace file).
+    pub fn load(&self) -> Result<Rate> {
+        Ok(match self {
             RateSpec::Fixed { bits_per_sec } => Rate::Fixed {
                 bits_per_sec: *bits_per_sec,
             },
@@ -92,9 +92,15 @@ impl DirectionSpec {
                     Trace::parse(&text).with_context(|| format!("trace {}", path.display()))?,
                 ))
             }
-        };
+        })
+    }
+}
+
+impl DirectionSpec {
+    /// The model parameters (loads a trace file).
+    pub fn params(&self) -> Result<LinkParams> {
         let params = LinkParams {
-            rate,
+            rate: self.rate.load()?,
             delay: Duration::from_nanos(self.delay_ns),
             jitter: Duration::from_nanos(self.jitter_ns),
             loss: self.loss,

@@ -66,27 +66,6 @@ pub struct Daemons {
     pub client_sock: PathBuf,
 }
 
-/// Link `i`'s mean uplink rate, Mbit/s: its fixed rate or its trace's mean (what the
-/// simulator seeds with `[late] seed_capacity`).
-fn uplink_mbps(scenario: &Scenario, i: usize) -> Result<f64> {
-    let l = &scenario.spec.links[i];
-    Ok(
-        match (l.trace_up.as_ref().or(l.trace.as_ref()), l.rate_mbps) {
-            (Some(p), _) => {
-                let path = scenario.resolve(p);
-                let text = std::fs::read_to_string(&path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                latebind_linkmodel::Trace::parse(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?
-                    .mean_rate_bps()
-                    / 1e6
-            }
-            (None, Some(r)) => r,
-            (None, None) => bail!("links[{i}]: no rate_mbps and no trace"),
-        },
-    )
-}
-
 /// The configuration files of both daemons: `(server.toml, client.toml)`.
 pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(String, String)> {
     let spec = &scenario.spec;
@@ -169,7 +148,11 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
             writeln!(
                 client,
                 "capacity_mbps = {:?}",
-                uplink_mbps(scenario, l.index)?
+                crate::run::rates(scenario, l.index)
+                    .0
+                    .load()?
+                    .mean_bits_per_sec()
+                    / 1e6
             )?;
         }
     }

@@ -313,7 +313,7 @@ pub fn merged_outages(outages: &[[f64; 2]]) -> Vec<[u64; 2]> {
 
 /// A link's up and down rates: fixed or a trace (the simulator's precedence: a trace
 /// wins over `rate_mbps`).
-fn rates(scenario: &Scenario, i: usize) -> (RateSpec, RateSpec) {
+pub(crate) fn rates(scenario: &Scenario, i: usize) -> (RateSpec, RateSpec) {
     let l = &scenario.spec.links[i];
     let pick = |t: Option<&PathBuf>| match (t.or(l.trace.as_ref()), l.rate_mbps) {
         (Some(p), _) => RateSpec::Trace {

@@ -18,6 +18,14 @@ pub enum Rate {
 }
 
 impl Rate {
+    /// The mean rate in bit/s: the fixed rate, or the trace's mean over its period.
+    pub fn mean_bits_per_sec(&self) -> f64 {
+        match self {
+            Self::Fixed { bits_per_sec } => *bits_per_sec,
+            Self::Trace(t) => t.mean_rate_bps(),
+        }
+    }
+
     /// A fixed rate given in Mbit/s (10^6 bit/s).
     pub fn fixed_mbps(mbps: f64) -> Self {
         Self::Fixed {

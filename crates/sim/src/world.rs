@@ -222,14 +222,6 @@ fn trace_every() -> Option<u128> {
         .filter(|&ms| ms > 0)
 }
 
-/// A link direction's mean rate: its fixed rate or its trace's mean.
-fn mean_bits_per_sec(rate: &Rate) -> f64 {
-    match rate {
-        Rate::Fixed { bits_per_sec } => *bits_per_sec,
-        Rate::Trace(t) => t.mean_rate_bps(),
-    }
-}
-
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))
 }
@@ -428,7 +420,7 @@ impl World {
                     let capacity = |d: &LinkDirection<Vec<u8>>| {
                         spec.late
                             .seed_capacity
-                            .then(|| mean_bits_per_sec(&d.params().rate) / 8.0)
+                            .then(|| d.params().rate.mean_bits_per_sec() / 8.0)
                     };
                     c.add_link(
                         now_i(Duration::ZERO),
