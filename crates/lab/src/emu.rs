@@ -82,10 +82,10 @@ impl RateSpec {
     /// The model's rate (loads a trace file).
     pub fn load(&self) -> Result<Rate> {
         Ok(match self {
-            RateSpec::Fixed { bits_per_sec } => Rate::Fixed {
+            Self::Fixed { bits_per_sec } => Rate::Fixed {
                 bits_per_sec: *bits_per_sec,
             },
-            RateSpec::Trace { path } => {
+            Self::Trace { path } => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("trace {}", path.display()))?;
                 Rate::Trace(Arc::new(
