@@ -162,8 +162,8 @@ impl Reorder {
     /// may be held as long (as RACK widens its reordering window on a spurious
     /// retransmission, RFC 8985 6.2).
     pub(crate) fn extra_hold(&self, now: Instant) -> Duration {
-        let halvings = ((now - self.late_at).as_nanos() / LATE_HALF_LIFE.as_nanos()).min(63);
-        self.late_by / (1u32 << (halvings as u32).min(31))
+        let halvings = ((now - self.late_at).as_nanos() / LATE_HALF_LIFE.as_nanos()).min(31);
+        self.late_by / (1u32 << halvings)
     }
 
     /// The flow sequence number `flow` expects next (0 for a flow not seen yet).
