@@ -876,7 +876,7 @@ mod tests {
             },
         )
         .unwrap();
-        let base = monotonic_ns() + 5_000_000;
+        let base = monotonic_ns() + 20_000_000;
         // Submitted in reverse: the queue must reorder them; two share a slot.
         let slots = [base, base + 1_000_000, base + 1_000_000, base + 3_000_000];
         for (i, at) in slots.iter().enumerate().rev() {
@@ -916,8 +916,12 @@ mod tests {
             },
         )
         .unwrap();
-        let base = monotonic_ns() + 2_000_000;
+        // Far enough ahead that a loaded runner does not make them late; whether it did
+        // is checked against the thread's own count below, not assumed.
+        let base = monotonic_ns() + 20_000_000;
         let (a, b) = (rx_a.local_addr().unwrap(), rx_b.local_addr().unwrap());
+        // A slot already passed: it must be reported as submitted late, and still sent.
+        d.submit_to(1, 1, Some(b), vec![5; 50], 15).unwrap();
         // Two on socket 0 and one on socket 1 share a slot; one goes to a socket that
         // does not exist.
         d.submit_to(base, 0, Some(a), vec![1; 10], 11).unwrap();
@@ -936,15 +940,19 @@ mod tests {
                 (11, 10, true),
                 (12, 20, true),
                 (13, 30, true),
-                (14, 40, false)
+                (14, 40, false),
+                (15, 50, true)
             ]
         );
-        assert!(got.iter().all(|g| !g.submitted_late));
-        assert_eq!((stats.sent, stats.send_errors), (3, 1));
+        assert!(got[4].submitted_late, "a passed slot is reported late");
+        let late = got.iter().filter(|g| g.submitted_late).count() as u64;
+        assert_eq!(late, stats.submitted_late, "report and count agree");
+        assert_eq!((stats.sent, stats.send_errors), (4, 1));
         assert!(stats.lateness_ns.is_empty(), "samples not recorded");
         let mut buf = [0u8; 64];
         assert_eq!(rx_a.recv(&mut buf).unwrap(), 10);
         assert_eq!(rx_a.recv(&mut buf).unwrap(), 30);
+        assert_eq!(rx_b.recv(&mut buf).unwrap(), 50);
         assert_eq!(rx_b.recv(&mut buf).unwrap(), 20);
     }
 
