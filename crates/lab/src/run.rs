@@ -1125,8 +1125,9 @@ fn run_mode(
                 max_queue_below_binding: max_below,
                 reinjected_from: reinjected,
                 data_sent,
-                // Sampled in the simulator only; the daemons show it live in
+                // Sampled in the simulator only; the daemons show these live in
                 // `latebind status`.
+                data_sent_per_s: Vec::new(),
                 rate_control: None,
             }
         })

@@ -75,6 +75,10 @@ pub struct LinkReport {
     /// Inner packets bound to this link (mode late, both ends; reinjections and redundant
     /// copies included; 0 in mode early).
     pub data_sent: u64,
+    /// Of those, the packets bound in each second of the run (mode late; the last entry
+    /// is the rest of the run, drain included).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub data_sent_per_s: Vec<u64>,
     /// Rate control of the uplink (the client's engine) and the downlink (the server's),
     /// sampled every 10 ms while the link was up (mode late; absent when off).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -233,34 +237,46 @@ impl Report {
             .iter()
             .zip(link_names)
             .enumerate()
-            .map(|(i, (t, name))| LinkReport {
-                name: name.clone(),
-                packets_sent: t.packets_sent,
-                lost_on_link: t.lost_on_link,
-                lost_at_outage_up: t.lost_at_outage_up,
-                lost_at_outage_down: t.lost_at_outage_down,
-                dropped_queue_full: t.dropped_queue_full,
-                dropped_outage: t.dropped_outage,
-                max_queue_below_binding: t.max_queue_below_binding,
-                reinjected_from: engine_sum(&|e| {
-                    e.link_stats(latebind_proto::LinkId(i as u16))
-                        .map_or(0, |s| s.reinjected)
-                }),
-                rate_control: (t.rate_control.iter().any(|c| c.samples > 0)).then(|| {
-                    t.rate_control.clone().map(|c| {
-                        let n = c.samples.max(1) as f64;
-                        CcReport {
-                            mean_rate_mbps: round3(c.rate_sum / n * 8e-6),
-                            mean_queue_ms: round3(c.queue_sum / n * 1e3),
-                            max_queue_ms: round3(c.queue_max * 1e3),
-                            competitive_pct: round3(c.competitive as f64 / n * 100.0),
-                        }
-                    })
-                }),
-                data_sent: engine_sum(&|e| {
+            .map(|(i, (t, name))| {
+                let data_sent = engine_sum(&|e| {
                     e.link_stats(latebind_proto::LinkId(i as u16))
                         .map_or(0, |s| s.data_sent)
-                }),
+                });
+                LinkReport {
+                    name: name.clone(),
+                    packets_sent: t.packets_sent,
+                    lost_on_link: t.lost_on_link,
+                    lost_at_outage_up: t.lost_at_outage_up,
+                    lost_at_outage_down: t.lost_at_outage_down,
+                    dropped_queue_full: t.dropped_queue_full,
+                    dropped_outage: t.dropped_outage,
+                    max_queue_below_binding: t.max_queue_below_binding,
+                    reinjected_from: engine_sum(&|e| {
+                        e.link_stats(latebind_proto::LinkId(i as u16))
+                            .map_or(0, |s| s.reinjected)
+                    }),
+                    rate_control: (t.rate_control.iter().any(|c| c.samples > 0)).then(|| {
+                        t.rate_control.clone().map(|c| {
+                            let n = c.samples.max(1) as f64;
+                            CcReport {
+                                mean_rate_mbps: round3(c.rate_sum / n * 8e-6),
+                                mean_queue_ms: round3(c.queue_sum / n * 1e3),
+                                max_queue_ms: round3(c.queue_max * 1e3),
+                                competitive_pct: round3(c.competitive as f64 / n * 100.0),
+                            }
+                        })
+                    }),
+                    data_sent,
+                    data_sent_per_s: if t.data_sent_by_s.is_empty() {
+                        Vec::new()
+                    } else {
+                        t.data_sent_by_s
+                            .iter()
+                            .chain([&data_sent])
+                            .scan(0, |prev, &n| Some(n - std::mem::replace(prev, n)))
+                            .collect()
+                    },
+                }
             })
             .collect();
         let engine = outcome.engines.as_ref().map(|(c, s)| {

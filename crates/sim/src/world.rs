@@ -101,6 +101,9 @@ pub struct LinkTally {
     /// Rate control, sampled every [`CC_SAMPLE`] while the link was up: the client's
     /// engine (uplink) and the server's (downlink).
     pub rate_control: [CcTally; 2],
+    /// Inner packets bound to the link so far (both engines, mode late), taken at the
+    /// end of every whole second of the run.
+    pub data_sent_by_s: Vec<u64>,
 }
 
 /// Rate control of one link at one end, sampled over the run.
@@ -488,6 +491,9 @@ impl World {
             if t.as_nanos() / CC_SAMPLE.as_nanos() != self.now.as_nanos() / CC_SAMPLE.as_nanos() {
                 self.sample_rate_control(t);
             }
+            if t.as_secs() != self.now.as_secs() && self.now < self.end {
+                self.sample_data_sent();
+            }
             if let Some(every) = trace_every()
                 && t.as_millis() / every != self.now.as_millis() / every
             {
@@ -560,6 +566,22 @@ impl World {
             consider(q.front().map(|(at, _)| *at));
         }
         next
+    }
+
+    /// Takes every link's count of inner packets bound to it, at a second's end.
+    fn sample_data_sent(&mut self) {
+        let (Some(c), Some(s)) = (&self.client, &self.server) else {
+            return;
+        };
+        for (i, l) in self.links.iter_mut().enumerate() {
+            let id = LinkId(i as u16);
+            let sent = [c, s]
+                .iter()
+                .filter_map(|e| e.link_stats(id))
+                .map(|st| st.data_sent)
+                .sum();
+            l.tally.data_sent_by_s.push(sent);
+        }
     }
 
     /// Adds one sample of every link's rate-control state to the tallies.

@@ -91,3 +91,57 @@ fn overflow_spills_onto_the_secondary_when_rate_control_keeps_the_primary_short(
     assert!((lost as f64) < 0.01 * sent as f64, "lost {lost} of {sent}");
     assert!(flow(&r, "base").lost < flow(&r, "peak").lost + 10);
 }
+
+/// The slides' TCP cross-traffic case: a plain TCP download shares the primary with the
+/// tunnel's overflow flow. Rate control sees the primary's queue grow and gives the TCP
+/// flow the larger part of the line (with only the loss-driven weights it got the spare
+/// capacity: 16-21 of 64 Mb/s); the tunnel's flow moves to the secondary without
+/// losing more than 1 %, and comes back to the primary once the TCP flow is gone, so it
+/// is not shifted for good whatever T_dwd. Checked on a second link mix as well.
+#[test]
+fn overflow_yields_the_primary_to_tcp_cross_traffic_and_takes_it_back() {
+    let base = scenario("overflow-tcp.toml");
+    let mixes: [(&[&str], f64); 2] = [
+        (&[], 64.0),
+        (
+            &[
+                "links.0.rate_mbps=30",
+                "flows.0.rate_mbps=20",
+                "links.1.delay_ms=30",
+            ],
+            30.0,
+        ),
+    ];
+    for (mix, primary_mbps) in mixes {
+        for t_dwd in ["50.0", "1000.0"] {
+            let mut sets = mix.to_vec();
+            let t = format!("late.overflow.t_dwd_ms={t_dwd}");
+            sets.push(&t);
+            let r = run(&with(&base, &sets), Mode::Late).unwrap();
+            let (udp, tcp) = (flow(&r, "udp"), flow(&r, "tcp"));
+            let what = format!("{sets:?}: udp {udp:?}, tcp {tcp:?}");
+            assert!(tcp.goodput_mbps > 0.5 * primary_mbps, "{what}");
+            assert!((udp.lost as f64) < 0.01 * udp.sent as f64, "{what}");
+            for l in &r.links {
+                assert_eq!(l.data_sent_per_s.len(), 31, "30 s and the drain");
+                assert_eq!(l.data_sent_per_s.iter().sum::<u64>(), l.data_sent);
+            }
+            // The share of the tunnel's packets on the secondary, seconds [from, to).
+            let share = |from: usize, to: usize| {
+                let on = |l: usize| r.links[l].data_sent_per_s[from..to].iter().sum::<u64>();
+                on(1) as f64 / (on(0) + on(1)).max(1) as f64
+            };
+            assert!(share(1, 5) < 0.05, "before the TCP flow: {}", share(1, 5));
+            assert!(
+                share(10, 24) > 0.5,
+                "beside the TCP flow: {}",
+                share(10, 24)
+            );
+            assert!(
+                share(27, 30) < 0.05,
+                "after the TCP flow: {}",
+                share(27, 30)
+            );
+        }
+    }
+}
