@@ -361,6 +361,21 @@ fn tcp_and_udp_through_the_tunnel_over_two_links() {
         assert_eq!(l["state"], "up", "{st}");
         assert!(l["rtt_measured"] == true, "{st}");
     }
+    // The server lists the flow it received, by its 5-tuple, with the links it came over.
+    let st = net.status("server");
+    let flows = st["sessions"][0]["flows_received"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let f = flows
+        .iter()
+        .find(|f| {
+            let name = f["flow"].as_str().unwrap_or("");
+            name.starts_with("udp 10.77.0.2:") && name.ends_with(" > 10.77.0.1:5002")
+        })
+        .unwrap_or_else(|| panic!("the UDP flow in {st}"));
+    assert_eq!(f["received"], 2000, "{st}");
+    assert!(!f["links"].as_array().unwrap().is_empty(), "{st}");
 }
 
 #[test]

@@ -133,6 +133,48 @@ pub struct EngineCounters {
     pub reinjections_expired: u64,
 }
 
+/// One inner flow as the receiving side sees it: where it came from and how much it
+/// had to wait for reordering.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct FlowStatus {
+    /// `proto src:port > dst:port` of its first packet that parsed, or the sender's
+    /// flow id.
+    pub flow: String,
+    /// The links its packets came over in the last one to two seconds.
+    pub links: Vec<String>,
+    /// The reorder hold its latest out-of-order packet got, ms (absent: none needed).
+    pub hold_ms: Option<f64>,
+    /// Packets received (duplicates not counted).
+    pub received: u64,
+    /// Packets that waited for an earlier one.
+    pub held: u64,
+    /// Missing packets given up after the hold.
+    pub gaps_skipped: u64,
+    /// Packets that came after their gap was given up (delivered out of order).
+    pub late_delivered: u64,
+}
+
+/// How many flows a session's status lists (the busiest).
+pub const FLOWS_LISTED: usize = 16;
+
+/// `proto src:port > dst:port` for a flow key.
+fn flow_name(k: &latebind_proto::classify::FlowKey) -> String {
+    let ip = |a: [u8; 16]| std::net::Ipv6Addr::from(a).to_canonical();
+    let proto = match k.protocol {
+        6 => "tcp".to_owned(),
+        17 => "udp".to_owned(),
+        1 | 58 => "icmp".to_owned(),
+        p => format!("proto {p}"),
+    };
+    if k.src_port == 0 && k.dst_port == 0 {
+        format!("{proto} {} > {}", ip(k.src), ip(k.dst))
+    } else {
+        let sa = std::net::SocketAddr::new(ip(k.src), k.src_port);
+        let da = std::net::SocketAddr::new(ip(k.dst), k.dst_port);
+        format!("{proto} {sa} > {da}")
+    }
+}
+
 /// One session (the client's, or one client at the server).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct SessionStatus {
@@ -160,6 +202,9 @@ pub struct SessionStatus {
     /// Longest time from a link's last acknowledgement to its reinjection, ms.
     #[serde(default)]
     pub reinject_after_max_ms: f64,
+    /// The busiest flows received ([`FLOWS_LISTED`] at most), busiest first.
+    #[serde(default)]
+    pub flows_received: Vec<FlowStatus>,
     /// Engine counters.
     pub engine: EngineCounters,
     /// Daemon counters.
@@ -257,6 +302,23 @@ impl SessionStatus {
             flows: e.flow_count(),
             reorder_held_now: e.reorder_held(),
             hold_ms: ms(e.hold_time()),
+            flows_received: e
+                .reorder_flows()
+                .into_iter()
+                .take(FLOWS_LISTED)
+                .map(|f| FlowStatus {
+                    flow: f
+                        .key
+                        .as_ref()
+                        .map_or_else(|| format!("flow {:08x}", f.flow.0), flow_name),
+                    links: f.links.iter().map(|l| names(l.0)).collect(),
+                    hold_ms: f.hold.map(ms),
+                    received: f.counts.received,
+                    held: f.counts.held,
+                    gaps_skipped: f.counts.gaps_skipped,
+                    late_delivered: f.counts.late_delivered,
+                })
+                .collect(),
             engine: EngineCounters {
                 tun_packets: st.tun_packets,
                 tun_invalid: st.tun_invalid,
@@ -385,6 +447,27 @@ impl Status {
                 ses.reinject_pending,
                 ses.reinject_after_max_ms,
             );
+            if !ses.flows_received.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  {:<47} {:<16} {:>8} {:>9} {:>7} {:>6} {:>6}",
+                    "flow received", "links", "hold ms", "recv", "held", "gaps", "late"
+                );
+            }
+            for f in &ses.flows_received {
+                let _ = writeln!(
+                    s,
+                    "  {:<47} {:<16} {:>8} {:>9} {:>7} {:>6} {:>6}",
+                    f.flow,
+                    f.links.join(","),
+                    f.hold_ms
+                        .map_or_else(|| "-".to_owned(), |h| format!("{h:.1}")),
+                    f.received,
+                    f.held,
+                    f.gaps_skipped,
+                    f.late_delivered
+                );
+            }
         }
         if let Some(d) = &self.dispatch {
             let _ = writeln!(
@@ -504,5 +587,37 @@ impl Status {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use latebind_proto::classify::FlowKey;
+
+    use super::flow_name;
+
+    fn v4(a: [u8; 4]) -> [u8; 16] {
+        std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets()
+    }
+
+    #[test]
+    fn flows_are_named_by_their_5_tuple() {
+        let mut k = FlowKey {
+            protocol: 6,
+            src: v4([10, 77, 0, 2]),
+            dst: v4([10, 77, 0, 1]),
+            src_port: 40000,
+            dst_port: 5201,
+        };
+        assert_eq!(flow_name(&k), "tcp 10.77.0.2:40000 > 10.77.0.1:5201");
+        k.protocol = 1;
+        (k.src_port, k.dst_port) = (0, 0);
+        assert_eq!(flow_name(&k), "icmp 10.77.0.2 > 10.77.0.1");
+        k.protocol = 17;
+        k.src = std::net::Ipv6Addr::LOCALHOST.octets();
+        (k.src_port, k.dst_port) = (53, 5353);
+        assert_eq!(flow_name(&k), "udp [::1]:53 > 10.77.0.1:5353");
+        k.protocol = 132;
+        assert!(flow_name(&k).starts_with("proto 132 "));
     }
 }

@@ -368,6 +368,12 @@ impl Endpoint {
         self.hold_time_at(self.last_poll)
     }
 
+    /// Every flow's reordering as the receiver sees it (the links it came over lately,
+    /// the hold its latest out-of-order packet got, its counters), busiest first.
+    pub fn reorder_flows(&self) -> Vec<crate::reorder::FlowReorderView> {
+        self.reorder.flow_views(|i| self.links[i].id)
+    }
+
     /// The reorder hold time in force at `now`: the links' delay spread and variation,
     /// plus what a late packet showed they missed ([`Reorder::extra_hold`]).
     fn hold_time_at(&self, now: Instant) -> Duration {
@@ -682,7 +688,7 @@ impl Endpoint {
                     self.on_state_change(now, i, from, to);
                 }
             }
-            wire::Frame::Data(data) => self.on_data(now, data),
+            wire::Frame::Data(data) => self.on_data(now, arrived_on, data),
             wire::Frame::RxTime {
                 link,
                 pn,
@@ -695,8 +701,11 @@ impl Endpoint {
         }
     }
 
-    fn on_data(&mut self, now: Instant, data: wire::DataFrame<'_>) {
+    fn on_data(&mut self, now: Instant, arrived_on: usize, data: wire::DataFrame<'_>) {
         self.stats.data_received += 1;
+        let flow = crate::ids::FlowId(data.flow_id);
+        // Duplicates too: a redundant flow's second copies show the links it uses.
+        self.reorder.note_link(now, flow, arrived_on);
         let gseq = wire::expand(data.global_seq, self.dedup.expected());
         match self.dedup.check_and_insert(gseq) {
             Seen::New => {}
@@ -709,7 +718,6 @@ impl Endpoint {
                 return;
             }
         }
-        let flow = crate::ids::FlowId(data.flow_id);
         let fseq = wire::expand(data.flow_seq, self.reorder.expected(flow));
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();

@@ -47,5 +47,5 @@ pub use policy::{
     Aggregate, BindPolicy, Binding, MinRtt, Overflow, OverflowParams, PacketMeta, PolicyKind,
     PolicyRule,
 };
-pub use reorder::ReorderStats;
+pub use reorder::{FlowCounts, FlowReorderView, ReorderStats};
 pub use time::Instant;

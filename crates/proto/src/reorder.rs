@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use core::time::Duration;
 
-use crate::ids::FlowId;
+use crate::classify::FlowKey;
+use crate::ids::{FlowId, LinkId};
 use crate::time::Instant;
 
 /// Window of global sequence numbers remembered for duplicate suppression.
@@ -119,12 +120,55 @@ struct RxFlow {
     last_active: Instant,
     /// When a gap of this flow was last given up.
     skipped_at: Option<Instant>,
+    /// Links (a bit per link index) the flow's packets came over since `links_since`,
+    /// and in the [`LINK_MEMORY`] before it.
+    links: u64,
+    links_prev: u64,
+    links_since: Instant,
+    /// The hold given to the flow's latest out-of-order packet.
+    hold: Option<Duration>,
+    /// The flow's 5-tuple, from its first packet that parses.
+    key: Option<FlowKey>,
+    counts: FlowCounts,
 }
+
+/// Per-flow counters of the receive path (see [`ReorderStats`] for their meaning).
+#[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
+pub struct FlowCounts {
+    /// Packets received, in order or not (duplicates not counted).
+    pub received: u64,
+    /// Packets that had to wait for an earlier one.
+    pub held: u64,
+    /// Missing packets given up after the hold time.
+    pub gaps_skipped: u64,
+    /// Packets that arrived after their gap had been given up.
+    pub late_delivered: u64,
+}
+
+/// One flow's reordering, for status displays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowReorderView {
+    /// The sender's flow id.
+    pub flow: FlowId,
+    /// The flow's 5-tuple, when its packets are IP packets that parse.
+    pub key: Option<FlowKey>,
+    /// The links the flow's packets came over lately.
+    pub links: Vec<LinkId>,
+    /// The hold its latest out-of-order packet got (none yet: it has needed none).
+    pub hold: Option<Duration>,
+    /// Its counters.
+    pub counts: FlowCounts,
+}
+
+/// How long a flow's view remembers a link it received over: one to two of these.
+pub(crate) const LINK_MEMORY: Duration = Duration::from_secs(1);
+
+type FlowMap = HashMap<FlowId, RxFlow, foldhash::fast::FixedState>;
 
 /// Per-flow reorder buffers.
 #[derive(Debug)]
 pub(crate) struct Reorder {
-    flows: HashMap<FlowId, RxFlow, foldhash::fast::FixedState>,
+    flows: FlowMap,
     due: BTreeSet<(Instant, FlowId)>,
     out: VecDeque<Vec<u8>>,
     limit: usize,
@@ -176,6 +220,56 @@ impl Reorder {
         self.flows.values().map(|f| f.held.len()).sum()
     }
 
+    fn flow(flows: &mut FlowMap, now: Instant, flow: FlowId) -> &mut RxFlow {
+        flows.entry(flow).or_insert_with(|| RxFlow {
+            next: 0,
+            held: BTreeMap::new(),
+            due: None,
+            last_active: now,
+            skipped_at: None,
+            links: 0,
+            links_prev: 0,
+            links_since: now,
+            hold: None,
+            key: None,
+            counts: FlowCounts::default(),
+        })
+    }
+
+    /// Notes that a packet of `flow` (new or a duplicate) came over link `link` (an index
+    /// below 64; others are not recorded), for [`Self::flow_views`].
+    pub(crate) fn note_link(&mut self, now: Instant, flow: FlowId, link: usize) {
+        let f = Self::flow(&mut self.flows, now, flow);
+        let since = now - f.links_since;
+        if since >= LINK_MEMORY {
+            f.links_prev = if since >= LINK_MEMORY * 2 { 0 } else { f.links };
+            f.links = 0;
+            f.links_since = now;
+        }
+        f.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
+    }
+
+    /// Every flow's reordering, busiest (most packets received) first; `link_id` names
+    /// the link of an index.
+    pub(crate) fn flow_views(&self, link_id: impl Fn(usize) -> LinkId) -> Vec<FlowReorderView> {
+        let mut v: Vec<FlowReorderView> = self
+            .flows
+            .iter()
+            .map(|(id, f)| FlowReorderView {
+                flow: *id,
+                key: f.key,
+                links: (0..64)
+                    .filter(|i| (f.links | f.links_prev) & (1 << i) != 0)
+                    .map(&link_id)
+                    .collect(),
+                hold: f.hold,
+                counts: f.counts,
+            })
+            .collect();
+        v.sort_by(|a, b| (b.counts.received, a.flow.0).cmp(&(a.counts.received, b.flow.0)));
+        v
+    }
+
     /// Accepts a packet that passed duplicate suppression.
     pub(crate) fn insert(
         &mut self,
@@ -185,19 +279,19 @@ impl Reorder {
         seq: u64,
         data: Vec<u8>,
     ) {
-        let f = self.flows.entry(flow).or_insert_with(|| RxFlow {
-            next: 0,
-            held: BTreeMap::new(),
-            due: None,
-            last_active: now,
-            skipped_at: None,
-        });
+        let extra = self.extra_hold(now);
+        let f = Self::flow(&mut self.flows, now, flow);
         f.last_active = now;
+        f.counts.received += 1;
+        if f.key.is_none() {
+            f.key = crate::classify::classify(&data).ok().map(|i| i.key);
+        }
         if seq < f.next {
+            f.counts.late_delivered += 1;
             self.stats.late_delivered += 1;
             if let Some(t) = f.skipped_at {
                 // The hold in force then was short by `now - t`.
-                self.late_by = ((now - t) + self.extra_hold(now)).min(self.max_extra);
+                self.late_by = ((now - t) + extra).min(self.max_extra);
                 self.late_at = now;
             }
             self.out.push_back(data);
@@ -222,6 +316,8 @@ impl Reorder {
                 },
             );
             self.stats.held += 1;
+            f.counts.held += 1;
+            f.hold = Some(hold);
             if f.held.len() > self.limit {
                 // Give up the oldest gap now.
                 let first = *f.held.keys().next().expect("non-empty");
@@ -246,6 +342,7 @@ impl Reorder {
             let held = f.held.range(f.next..seq).count() as u64;
             let missing = (seq - f.next) - held;
             stats.gaps_skipped += missing;
+            f.counts.gaps_skipped += missing;
             if missing > 0 {
                 f.skipped_at = Some(now);
             }
@@ -433,6 +530,55 @@ mod tests {
         r.insert(later, HOLD, FlowId(2), 0, vec![0]);
         assert_eq!(r.extra_hold(later), Duration::from_millis(6));
         assert_eq!(r.stats.late_delivered, 1);
+    }
+
+    #[test]
+    fn a_flow_remembers_its_links_for_one_to_two_memories() {
+        let mut r = Reorder::new(100, 0);
+        let f = FlowId(1);
+        let links = |r: &Reorder| r.flow_views(|i| LinkId(i as u16))[0].links.clone();
+        let m = LINK_MEMORY.as_millis() as u64;
+        r.note_link(t(0), f, 0);
+        r.note_link(t(500), f, 2);
+        r.note_link(t(m), f, 0);
+        assert_eq!(links(&r), [LinkId(0), LinkId(2)]);
+        // Link 2 was last seen at 500 ms: remembered until the memory after it ends.
+        r.note_link(t(2 * m - 1), f, 0);
+        assert_eq!(links(&r), [LinkId(0), LinkId(2)]);
+        r.note_link(t(2 * m), f, 0);
+        assert_eq!(links(&r), [LinkId(0)]);
+        // A silence of two memories forgets everything but the link of the packet.
+        r.note_link(t(4 * m), f, 3);
+        assert_eq!(links(&r), [LinkId(3)]);
+        // An index beyond the mask is not recorded (no panic).
+        r.note_link(t(4 * m), f, 64);
+        assert_eq!(links(&r), [LinkId(3)]);
+    }
+
+    #[test]
+    fn flows_report_their_links_hold_and_counts_busiest_first() {
+        let mut r = Reorder::new(100, 0);
+        r.note_link(t(0), FlowId(1), 1);
+        r.insert(t(0), HOLD, FlowId(1), 0, vec![1]);
+        for s in [2, 3] {
+            r.note_link(t(1), FlowId(2), 0);
+            r.insert(t(1), HOLD, FlowId(2), s, vec![9]);
+        }
+        r.handle_timeout(t(51));
+        let v = r.flow_views(|i| LinkId(10 + i as u16));
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].flow, FlowId(2));
+        assert_eq!(v[0].links, [LinkId(10)]);
+        assert_eq!(v[0].hold, Some(HOLD));
+        let c = v[0].counts;
+        assert_eq!(
+            (c.received, c.held, c.gaps_skipped, c.late_delivered),
+            (2, 2, 2, 0)
+        );
+        assert_eq!(v[1].links, [LinkId(11)]);
+        assert_eq!(v[1].hold, None, "never out of order");
+        // Not an IP packet: no 5-tuple.
+        assert_eq!(v[1].key, None);
     }
 
     #[test]
