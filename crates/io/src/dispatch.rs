@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use socket2::SockAddr;
 
-use crate::clock::monotonic_ns;
+use crate::clock::{SpinBudget, monotonic_ns};
 
 /// Most datagrams one `sendmmsg` carries.
 pub const BATCH: usize = 64;
@@ -107,6 +107,9 @@ pub struct DispatchStats {
     pub taken_late: u64,
     /// Datagrams sent before their slot minus the coalescing window (a bug if not 0).
     pub early: u64,
+    /// Slots the thread slept up to instead of spinning towards them, its spin budget
+    /// for the window spent ([`crate::clock::SpinBudget`]).
+    pub spin_budget_sleeps: u64,
     /// Wake-ups from a sleep, and how late they were, ns.
     pub wake_lateness_ns: Vec<u64>,
     /// CPU time of the sending thread, ns.
@@ -463,6 +466,7 @@ fn run(
     let mut batch = Vec::with_capacity(BATCH);
     let mut open = true;
     let mut slept = false;
+    let mut budget = SpinBudget::new(start_wall);
     loop {
         // Take whatever was submitted meanwhile.
         while let Ok((at, d)) = rx.try_recv() {
@@ -472,14 +476,24 @@ fn run(
             if !open {
                 break;
             }
+            let from = monotonic_ns();
             match rx.recv() {
                 Ok((at, d)) => accept(&mut queue, &mut stats, at, d),
                 Err(_) => open = false,
             }
+            budget.slept(from, monotonic_ns());
             continue;
         };
-        let wake = first.saturating_sub(margin.margin_ns());
         let now = monotonic_ns();
+        // Out of spin budget, sleep up to the slot itself (see SpinBudget; only a
+        // real-time thread can be throttled).
+        let spin = if config.rt_priority.is_none() || budget.may_spin(now) {
+            margin.margin_ns()
+        } else {
+            stats.spin_budget_sleeps += 1;
+            0
+        };
+        let wake = first.saturating_sub(spin);
         if now < wake {
             let timeout = Duration::from_nanos(wake - now);
             let got = if open {
@@ -500,6 +514,7 @@ fn run(
                 }
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
+            budget.slept(now, monotonic_ns());
             continue;
         }
         while monotonic_ns() < first {

@@ -41,51 +41,6 @@ use serde::{Deserialize, Serialize};
 use crate::stats::Percentiles;
 use crate::sys::{self, Epoll, SignalFd, TimerFd};
 
-/// Keeps the emulator asleep for a share of every window, so that spinning under
-/// `SCHED_FIFO` never reaches the kernel's real-time throttling
-/// (`sched_rt_runtime_us`, 950 ms of every second by default). A thread that spins
-/// through it is stopped for the rest of the period, 50 ms at once: every frame of every
-/// link then leaves up to 50 ms late, once a second, which the daemons read as a
-/// link that paused (and reinjected). Out of budget, it sleeps until a deadline instead
-/// of spinning towards it: the wake-up latency (tens of µs) instead of 50 ms.
-#[derive(Debug)]
-struct SpinBudget {
-    window_start: u64,
-    slept: u64,
-}
-
-impl SpinBudget {
-    /// The window over which the sleep share is kept.
-    const WINDOW_NS: u64 = 10_000_000;
-    /// The share of each window the thread runs at most before it stops spinning:
-    /// well under the default 95 %.
-    const RUN_SHARE: f64 = 0.8;
-
-    fn new(now: u64) -> Self {
-        Self {
-            window_start: now,
-            slept: 0,
-        }
-    }
-
-    /// Whether the thread may spin towards a deadline at `now`.
-    fn may_spin(&mut self, now: u64) -> bool {
-        let elapsed = now.saturating_sub(self.window_start);
-        if elapsed >= Self::WINDOW_NS {
-            self.window_start = now;
-            self.slept = 0;
-            return true;
-        }
-        let ran = elapsed.saturating_sub(self.slept);
-        (ran as f64) < Self::RUN_SHARE * Self::WINDOW_NS as f64
-    }
-
-    /// The thread slept from `from` to `to`.
-    fn slept(&mut self, from: u64, to: u64) {
-        self.slept += to.saturating_sub(from.max(self.window_start));
-    }
-}
-
 /// How one direction's serializer runs.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -608,7 +563,9 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
         })
         .collect();
     let mut armed_at = 0u64;
-    let mut budget = SpinBudget::new(sys::mono_ns());
+    // Spinning under SCHED_FIFO without a break reaches the kernel's real-time
+    // throttling: the emulator would stop for 50 ms once a second, and every link with it.
+    let mut budget = latebind_io::clock::SpinBudget::new(sys::mono_ns());
     loop {
         // 2. Read what is pending on the sockets epoll reported.
         for &token in &ready {
@@ -927,24 +884,6 @@ pub fn read_stats(path: &Path) -> Result<EmuStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spin_budget_forces_a_sleep_share_in_every_window() {
-        const MS: u64 = 1_000_000;
-        let mut b = SpinBudget::new(0);
-        assert!(b.may_spin(0));
-        assert!(b.may_spin(7 * MS));
-        // 8 ms of the window run without a sleep: no more spinning in it.
-        assert!(!b.may_spin(8 * MS));
-        // Sleeping buys it back.
-        b.slept(8 * MS, 9 * MS);
-        assert!(b.may_spin(9 * MS - 1));
-        assert!(!b.may_spin(9 * MS + 1));
-        // A new window starts afresh; a sleep begun before it counts from its start.
-        assert!(b.may_spin(10 * MS));
-        b.slept(9 * MS, 12 * MS);
-        assert!(b.may_spin(19 * MS));
-    }
 
     fn dir() -> DirectionSpec {
         DirectionSpec {
