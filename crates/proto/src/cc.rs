@@ -482,10 +482,15 @@ impl Controller {
                 .is_some_and(|t| now - t >= self.standing_rtt);
             if self.startup {
                 // Startup: the window doubles each round trip while it limits the link,
-                // until a queue shows; then it falls to what the link delivers.
-                if dq > hold && now >= self.hold_down_until {
-                    self.startup = false;
-                    self.cwnd = self.cwnd.min(fit);
+                // until a queue shows; then it falls to what the link delivers. While
+                // another link's moved load is unacknowledged (`take_over`) the
+                // delivery rate understates it and the window is not cut, but a queue
+                // that shows stops the growth all the same.
+                if dq > hold {
+                    if now >= self.hold_down_until {
+                        self.startup = false;
+                        self.cwnd = self.cwnd.min(fit);
+                    }
                 } else if limited {
                     self.cwnd += acked as f64;
                 }
@@ -576,7 +581,25 @@ mod tests {
     /// `change.1`) and base RTT `base`, with the controller as its only sender: returns
     /// the queueing delays seen in the last two seconds and the rate acknowledged then.
     fn run(rate: f64, base: Duration, secs: f64, change: Option<(f64, f64)>) -> (Vec<f64>, f64) {
+        run_with(rate, base, secs, change, None)
+    }
+
+    /// [`run`], and at `take.0` seconds another link's load of `take.1` bytes/s moves
+    /// here (`take_over`) although this link has no room for it: the delays returned are
+    /// those of the second after it.
+    fn run_with(
+        rate: f64,
+        base: Duration,
+        secs: f64,
+        change: Option<(f64, f64)>,
+        take: Option<(f64, f64)>,
+    ) -> (Vec<f64>, f64) {
         use std::collections::VecDeque;
+        let mut taken = false;
+        let window = |x: f64| match take {
+            Some((at, _)) => x >= at && x < at + 1.0,
+            None => x > secs - 2.0,
+        };
         let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
         let step = Duration::from_micros(500);
         let dt = step.as_secs_f64();
@@ -597,6 +620,13 @@ mod tests {
                 && t(now) >= at
             {
                 rate = r;
+            }
+            if let Some((at, moved)) = take
+                && t(now) >= at
+                && !taken
+            {
+                taken = true;
+                c.take_over(now, moved, 0);
             }
             let allowed = (c.cwnd() as f64 - flight)
                 .min(c.pacing_rate() * dt)
@@ -636,11 +666,11 @@ mod tests {
                     Duration::ZERO,
                     flight as usize,
                 );
-                if t(now) > secs - 2.0 {
+                if window(t(now)) {
                     acked_late += bytes;
                 }
             }
-            if t(now) > secs - 2.0 {
+            if window(t(now)) {
                 delays.push(queued / rate);
             }
             now += step;
@@ -667,6 +697,20 @@ mod tests {
         assert!(
             max < 0.015,
             "queueing delay up to {max} s after the drop settled"
+        );
+    }
+
+    #[test]
+    fn a_takeover_on_a_full_link_stops_growing_when_its_queue_shows() {
+        // A full 10 Mb/s link (40 ms) is handed a failed link's 5 Mb/s it cannot carry:
+        // the window must not keep doubling through the hold-down while the queue grows
+        // (83 ms of queue before it stopped at the first queue seen; 71 after).
+        let rate = 10e6 / 8.0;
+        let (delays, _) = run_with(rate, ms(40), 6.0, None, Some((5.0, rate / 2.0)));
+        let max = delays.iter().copied().fold(0.0, f64::max);
+        assert!(
+            max < 0.075,
+            "queueing delay up to {max} s after the takeover"
         );
     }
 
