@@ -1239,18 +1239,34 @@ impl Endpoint {
     }
 
     fn poll_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        // Copies of latency-critical packets first, then a dead link's packets, then new
-        // data.
+        // Copies of latency-critical packets first, then new data of sparse and
+        // latency-sensitive flows (a dead link's load must not delay them: it may be a
+        // whole window), then a dead link's packets, then the backlogged flows.
         if !self.copies.is_empty()
             && let Some(t) = self.poll_again(now, buf, Again::Copy)
         {
             return Some(t);
         }
-        if !self.reinject.is_empty()
-            && let Some(t) = self.poll_again(now, buf, Again::Reinject)
-        {
-            return Some(t);
+        if !self.reinject.is_empty() {
+            if let Some(t) = self.poll_queues(now, buf, true) {
+                return Some(t);
+            }
+            if let Some(t) = self.poll_again(now, buf, Again::Reinject) {
+                return Some(t);
+            }
         }
+        self.poll_queues(now, buf, false)
+    }
+
+    /// The binding point for new data: the flow scheduler's next packet (of a sparse or
+    /// latency-sensitive flow only, with `sparse_only`) goes on the link its policy
+    /// chooses, if that link has room now.
+    fn poll_queues(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        sparse_only: bool,
+    ) -> Option<Transmit> {
         if self.queues.is_empty() {
             return None;
         }
@@ -1261,7 +1277,7 @@ impl Endpoint {
             .on_local_congestion(self.queues.overflow_congestion());
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
-        let taken = self.queues.dequeue_with(now, |flow, head| {
+        let decide = |flow: &crate::fq::Flow, head: &crate::fq::Queued| {
             let meta = PacketMeta {
                 flow: flow.id,
                 len: wire::DATA_OVERHEAD + head.data.len(),
@@ -1280,7 +1296,12 @@ impl Endpoint {
                 },
                 Binding::Wait => Decision::Wait,
             }
-        });
+        };
+        let taken = if sparse_only {
+            self.queues.dequeue_sparse_with(now, decide)
+        } else {
+            self.queues.dequeue_with(now, decide)
+        };
         self.views = views;
         let (queued, flow, flow_seq, (li, kind)) = taken?;
         // The binding point: only now does the packet get its link, numbers and header.

@@ -550,6 +550,30 @@ impl FlowQueues {
     pub(crate) fn dequeue_with<T>(
         &mut self,
         now: Instant,
+        decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
+    ) -> Option<(Queued, FlowId, u64, T)> {
+        self.dequeue_lists(now, false, decide)
+    }
+
+    /// [`Self::dequeue_with`] over the priority and new (sparse) flows only: `None` when
+    /// the scheduler's next flow is an old (backlogged) one. What is sent again
+    /// (reinjections) goes after these and before the backlogged flows, so that a sparse
+    /// flow does not wait behind a dead link's load.
+    pub(crate) fn dequeue_sparse_with<T>(
+        &mut self,
+        now: Instant,
+        decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
+    ) -> Option<(Queued, FlowId, u64, T)> {
+        if self.priority.is_empty() && self.new.is_empty() {
+            return None;
+        }
+        self.dequeue_lists(now, true, decide)
+    }
+
+    fn dequeue_lists<T>(
+        &mut self,
+        now: Instant,
+        sparse_only: bool,
         mut decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
     ) -> Option<(Queued, FlowId, u64, T)> {
         // Bounded: every iteration either returns, removes a flow from a list, or moves
@@ -561,7 +585,9 @@ impl FlowQueues {
                 (List::Priority, s)
             } else if let Some(&s) = self.new.front() {
                 (List::New, s)
-            } else if let Some(&s) = self.old.front() {
+            } else if let Some(&s) = self.old.front()
+                && !sparse_only
+            {
                 (List::Old, s)
             } else {
                 return None;
@@ -834,6 +860,32 @@ mod tests {
         enq(&mut q, t, pkt(9, 46, 100, 0));
         let first = take_all(&mut q, t)[0].0;
         assert_eq!(first, 9);
+    }
+
+    #[test]
+    fn sparse_only_dequeue_serves_new_and_priority_flows_never_old_ones() {
+        let mut q = FlowQueues::new(&Config::default());
+        let t = Instant::ZERO;
+        let port = |p: &Queued| u16::from_be_bytes([p.data[20], p.data[21]]);
+        let sparse = |q: &mut FlowQueues| {
+            q.dequeue_sparse_with(t, |_, _| Decision::Take(()))
+                .map(|(p, ..)| port(&p))
+        };
+        assert_eq!(sparse(&mut q), None, "empty");
+        for _ in 0..100 {
+            enq(&mut q, t, pkt(1, 0, 1400, 0));
+        }
+        // A new flow's first quantum counts as sparse; after it the flow is old.
+        assert_eq!(sparse(&mut q), Some(1));
+        assert_eq!(sparse(&mut q), Some(1));
+        assert_eq!(sparse(&mut q), None);
+        enq(&mut q, t, pkt(7, 0, 200, 0));
+        enq(&mut q, t, pkt(9, 46, 100, 0));
+        assert_eq!(sparse(&mut q), Some(9), "priority first");
+        assert_eq!(sparse(&mut q), Some(7));
+        assert_eq!(sparse(&mut q), None, "only the backlogged flow is left");
+        let next = q.dequeue_with(t, |_, _| Decision::Take(())).unwrap().0;
+        assert_eq!(port(&next), 1);
     }
 
     #[test]

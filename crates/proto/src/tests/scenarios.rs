@@ -526,6 +526,57 @@ fn silent_link_is_suspected_at_its_reinjection_timer_its_packets_reinjected_and_
     );
 }
 
+/// A sparse flow's packet does not wait behind a dead link's load: link 0 goes silent
+/// under a bulk stream, its in-flight packets are reinjected on link 1, whose interface
+/// takes one every 4 ms, and a packet of another flow sent meanwhile leaves before them
+/// (it waited behind all of them before).
+#[test]
+fn a_sparse_packet_goes_before_a_dead_links_reinjections() {
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)).rate_bps(1e6))
+        .drop_fn(blackhole(0, SILENT_FROM, SILENT_UNTIL))
+        .build();
+    pair.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(9100, 472),
+        900,
+        at_ms(100),
+        ms(2),
+    );
+    pair.drive_until(SILENT_FROM + ms(11));
+    let (_, hi) = expected_rej_window(&pair);
+    pair.drive_until(hi + ms(1));
+    assert_eq!(pair.view(Side::Client, 0).state, LinkState::Suspect);
+    let pending = pair.client.reinject_pending();
+    assert!(pending >= 4, "{pending} reinjections waiting");
+    let at = hi + ms(2);
+    pair.send_at(at, Side::Client, FlowSpec::bulk(9200, 100).packet(0));
+    pair.drive_until(at + ms(200));
+    let sent = |port: u16| -> Vec<Instant> {
+        pair.data_transmits(Side::Client)
+            .filter(|t| data_in(&t.bytes).iter().any(|d| d.src_port == port))
+            .map(|t| t.time)
+            .collect()
+    };
+    let sparse = sent(9200);
+    assert_eq!(sparse.len(), 1);
+    let reinjections_after = pair
+        .data_transmits(Side::Client)
+        .filter(|t| t.time > sparse[0] && t.link == LinkId(1))
+        .filter(|t| data_in(&t.bytes).iter().any(|d| d.src_port == 9100))
+        .count();
+    assert!(
+        sparse[0] - at <= ms(10),
+        "the sparse packet left {:?} after it came",
+        sparse[0] - at
+    );
+    assert!(
+        reinjections_after > 0,
+        "it went before the dead link's load"
+    );
+}
+
 /// Link 1 streams while link 0 is down; link 0 (20 ms RTT against 60 ms) comes back up
 /// with only a PING's worth of delivery-rate samples.
 #[test]
