@@ -189,6 +189,9 @@ pub(crate) struct Controller {
     short_since: Option<Instant>,
     /// Startup: no queue seen yet since the link started or took another's load.
     startup: bool,
+    /// Last time the window limited the link with a queue at its bottleneck of at least
+    /// half the target: the link was full.
+    full_at: Option<Instant>,
     /// The link's capacity as configured (bytes per second), if known: during startup
     /// the window is at least what carries it over the measured RTT.
     seed: Option<f64>,
@@ -231,6 +234,7 @@ impl Controller {
             last_nearly_empty: now,
             short_since: None,
             startup: true,
+            full_at: None,
             seed: None,
             gaps: MinMax::new(true),
             last_ack_at: now,
@@ -280,6 +284,12 @@ impl Controller {
     /// shows the old load, does not lower it until the moved traffic has been
     /// acknowledged. If that is more than the link can carry, the queue then shows it.
     pub(crate) fn take_over(&mut self, now: Instant, rate: f64, backlog: usize) {
+        if self.full_at.is_some_and(|t| now - t <= self.standing_rtt) {
+            // Full already, with its own queue: there is no room to open for the moved
+            // load, and a larger window would only queue it at the bottleneck, in front
+            // of every flow on the link. The moved load waits above the binding point.
+            return;
+        }
         let need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
         self.cwnd = self.cwnd.max(need);
         self.hold_down_until = now + self.standing_rtt + self.min_rtt();
@@ -440,6 +450,9 @@ impl Controller {
         // Nearly empty: within the controller's own target, or a tenth of the recent RTT
         // spread. In competitive mode only the own target counts (its own window filled
         // the bottleneck, and that spread is its own too).
+        if limited && dq >= hold / 2.0 {
+            self.full_at = Some(now);
+        }
         let nearly_empty = if self.competitive {
             dq <= 2.0 * hold
         } else {
@@ -581,19 +594,22 @@ mod tests {
     /// `change.1`) and base RTT `base`, with the controller as its only sender: returns
     /// the queueing delays seen in the last two seconds and the rate acknowledged then.
     fn run(rate: f64, base: Duration, secs: f64, change: Option<(f64, f64)>) -> (Vec<f64>, f64) {
-        run_with(rate, base, secs, change, None)
+        run_with(rate, base, secs, change, None, None)
     }
 
     /// [`run`], and at `take.0` seconds another link's load of `take.1` bytes/s moves
-    /// here (`take_over`) although this link has no room for it: the delays returned are
-    /// those of the second after it.
+    /// here (`take_over`): the delays returned are those of the second after it. With
+    /// `offered`, the sender has only that many bytes/s to send (the moved load comes on
+    /// top of it).
     fn run_with(
         rate: f64,
         base: Duration,
         secs: f64,
         change: Option<(f64, f64)>,
         take: Option<(f64, f64)>,
+        offered: Option<f64>,
     ) -> (Vec<f64>, f64) {
+        let mut credit = 0.0_f64;
         use std::collections::VecDeque;
         let mut taken = false;
         let window = |x: f64| match take {
@@ -628,9 +644,19 @@ mod tests {
                 taken = true;
                 c.take_over(now, moved, 0);
             }
-            let allowed = (c.cwnd() as f64 - flight)
+            let mut allowed = (c.cwnd() as f64 - flight)
                 .min(c.pacing_rate() * dt)
                 .max(0.0);
+            if let Some(o) = offered {
+                let o = o + if taken {
+                    take.map_or(0.0, |t| t.1)
+                } else {
+                    0.0
+                };
+                credit += o * dt;
+                allowed = allowed.min(credit);
+                credit -= allowed;
+            }
             if allowed > 0.0 {
                 queue.push_back((now, allowed));
                 queued += allowed;
@@ -675,7 +701,8 @@ mod tests {
             }
             now += step;
         }
-        (delays, acked_late / 2.0)
+        let span = if take.is_some() { 1.0 } else { 2.0 };
+        (delays, acked_late / span)
     }
 
     #[test]
@@ -701,17 +728,64 @@ mod tests {
     }
 
     #[test]
-    fn a_takeover_on_a_full_link_stops_growing_when_its_queue_shows() {
+    fn a_takeover_on_a_full_link_leaves_its_queue_short() {
         // A full 10 Mb/s link (40 ms) is handed a failed link's 5 Mb/s it cannot carry:
-        // the window must not keep doubling through the hold-down while the queue grows
-        // (83 ms of queue before it stopped at the first queue seen; 71 after).
+        // its window stays (it was 83 ms of queue when the window started up again).
         let rate = 10e6 / 8.0;
-        let (delays, _) = run_with(rate, ms(40), 6.0, None, Some((5.0, rate / 2.0)));
+        let (delays, _) = run_with(rate, ms(40), 6.0, None, Some((5.0, rate / 2.0)), None);
         let max = delays.iter().copied().fold(0.0, f64::max);
         assert!(
-            max < 0.075,
+            max < 0.012,
             "queueing delay up to {max} s after the takeover"
         );
+    }
+
+    #[test]
+    fn a_takeover_beyond_an_underused_links_capacity_fills_it_with_a_bounded_queue() {
+        // A 10 Mb/s link (40 ms) carrying 3 Mb/s is handed 12 Mb/s more: it opens and
+        // starts up, carries its whole rate within the second, and its queue stays under
+        // 50 ms (38 ms here; 40 ms when startup also grew through the hold-down).
+        let rate = 10e6 / 8.0;
+        let (delays, got) = run_with(
+            rate,
+            ms(40),
+            6.0,
+            None,
+            Some((5.0, 1.2 * rate)),
+            Some(0.3 * rate),
+        );
+        let max = delays.iter().copied().fold(0.0, f64::max);
+        assert!(
+            max < 0.05,
+            "queueing delay up to {max} s after the takeover"
+        );
+        assert!(got > 0.8 * rate, "rate {got} of {rate}");
+    }
+
+    #[test]
+    fn a_full_link_takes_over_nothing_an_underused_one_opens() {
+        // Acknowledgements of a link whose window limits it with a standing queue of
+        // half the target or more (2 packets at 10 Mb/s: 2.4 ms) vs one that is idle.
+        let (rtt, base) = (ms(42), ms(40));
+        let mut full = Controller::new(Instant::ZERO, ms(100), ms(20));
+        let mut idle = Controller::new(Instant::ZERO, ms(100), ms(20));
+        for i in 1..=200u64 {
+            let now = t(40 + i);
+            // Warm both up on the path's base RTT, then only `full` sees a queue.
+            let sample = if i > 100 { rtt } else { base };
+            let cwnd = full.cwnd();
+            full.on_ack(now, 1250, Some(sample), sample, ms(0), cwnd);
+            idle.on_ack(now, 1250, Some(base), base, ms(0), 0);
+        }
+        full.startup = false;
+        idle.startup = false;
+        let (before_full, before_idle) = (full.cwnd(), idle.cwnd());
+        full.take_over(t(241), 1_000_000.0, 50_000);
+        idle.take_over(t(241), 1_000_000.0, 50_000);
+        assert_eq!(full.cwnd(), before_full);
+        assert!(!full.startup);
+        assert!(idle.cwnd() > before_idle);
+        assert!(idle.startup);
     }
 
     #[test]
