@@ -198,11 +198,28 @@ impl MinRtt {
         (pacer_wait.max(ahead) + own + half_rtt) as u64
     }
 
+    /// [`Self::expected_delivery_ns`] plus twice the link's measured RTT variation: a
+    /// delivery time the packet will rarely exceed, rather than its mean. A link whose
+    /// delay jumps (a cellular scheduler's pauses) is chosen only when it is sooner by
+    /// more than its jumps; on steady links it is the expected delivery. (Before a
+    /// sample the variation is a guess, and the guessed RTT is pessimistic already.)
+    pub fn likely_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
+        let var = if link.rtt_measured {
+            2 * link.rttvar.as_nanos() as u64
+        } else {
+            0
+        };
+        Self::expected_delivery_ns(now, len, link).saturating_add(var)
+    }
+
     /// [`Self::expected_delivery_ns`] as a duration.
     pub fn expected_delivery(now: Instant, len: usize, link: &LinkView) -> Duration {
         Duration::from_nanos(Self::expected_delivery_ns(now, len, link))
     }
 }
+
+/// A flow with at most this many bytes waiting above the binding point is sparse.
+const SPARSE_BACKLOG: usize = 1500;
 
 /// The links a policy may choose from: up links, backups only when no other link is up.
 pub fn usable(links: &[LinkView]) -> impl Iterator<Item = &LinkView> {
@@ -222,17 +239,29 @@ impl BindPolicy for MinRtt {
         // best primary link that is up and, as long as there is none, the best backup.
         let mut primary: Option<(u64, LinkId, &LinkView)> = None;
         let mut backup: Option<(u64, LinkId, &LinkView)> = None;
+        // A packet of a sparse flow (less than a full-size packet waits, this one
+        // included), a reinjection, or a latency-sensitive flow's is judged by when it
+        // would surely arrive; a flow with a backlog by the expected delivery, which is
+        // what its throughput follows.
+        let sure = packet.latency_sensitive || packet.backlog <= SPARSE_BACKLOG;
+        let delivery = |l: &LinkView| {
+            if sure {
+                Self::likely_delivery_ns(now, packet.len, l)
+            } else {
+                Self::expected_delivery_ns(now, packet.len, l)
+            }
+        };
         for l in links {
             if l.state != LinkState::Up {
                 continue;
             }
             if !l.backup {
-                let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
+                let key = (delivery(l), l.id);
                 if primary.is_none_or(|(k, id, _)| key < (k, id)) {
                     primary = Some((key.0, key.1, l));
                 }
             } else if primary.is_none() {
-                let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
+                let key = (delivery(l), l.id);
                 if backup.is_none_or(|(k, id, _)| key < (k, id)) {
                     backup = Some((key.0, key.1, l));
                 }
@@ -562,6 +591,39 @@ mod tests {
         let links = [view(0, 120, 0), view(1, 100, 0)];
         assert_eq!(
             MinRtt.bind(Instant::ZERO, &meta(), &links),
+            Binding::Link(LinkId(1))
+        );
+    }
+
+    #[test]
+    fn a_sparse_packet_avoids_a_link_whose_delay_jumps_a_backlogged_one_does_not() {
+        // Link 1 is sooner on average (30 ms against 40) but its delay varies by 10 ms.
+        let mut jumpy = view(1, 60, 0);
+        jumpy.rttvar = Duration::from_millis(10);
+        let links = [view(0, 80, 0), jumpy];
+        let sparse = meta_backlog(200);
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &sparse, &links),
+            Binding::Link(LinkId(0))
+        );
+        let backlogged = meta_backlog(20_000);
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &backlogged, &links),
+            Binding::Link(LinkId(1))
+        );
+        // A latency-sensitive flow's packets are judged like a sparse flow's.
+        let urgent = PacketMeta {
+            latency_sensitive: true,
+            ..backlogged
+        };
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &urgent, &links),
+            Binding::Link(LinkId(0))
+        );
+        // An unmeasured link's variation is a guess and does not count.
+        jumpy.rtt_measured = false;
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &sparse, &[view(0, 80, 0), jumpy]),
             Binding::Link(LinkId(1))
         );
     }
