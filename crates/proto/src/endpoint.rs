@@ -704,26 +704,25 @@ impl Endpoint {
     fn on_data(&mut self, now: Instant, arrived_on: usize, data: wire::DataFrame<'_>) {
         self.stats.data_received += 1;
         let flow = crate::ids::FlowId(data.flow_id);
-        // Duplicates too: a redundant flow's second copies show the links it uses.
-        self.reorder.note_link(now, flow, arrived_on);
         let gseq = wire::expand(data.global_seq, self.dedup.expected());
-        match self.dedup.check_and_insert(gseq) {
-            Seen::New => {}
-            Seen::Duplicate => {
-                self.stats.duplicate_data += 1;
-                return;
+        let seen = self.dedup.check_and_insert(gseq);
+        if seen != Seen::New {
+            match seen {
+                Seen::Duplicate => self.stats.duplicate_data += 1,
+                _ => self.stats.too_old_data += 1,
             }
-            Seen::TooOld => {
-                self.stats.too_old_data += 1;
-                return;
-            }
+            // A duplicate came over a link the flow uses all the same (a redundant
+            // flow's second copies).
+            self.reorder.note_link(now, flow, arrived_on);
+            return;
         }
         let fseq = wire::expand(data.flow_seq, self.reorder.expected(flow));
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(data.payload);
         let hold = self.hold_time_at(now);
-        self.reorder.insert(now, hold, flow, fseq, buf);
+        self.reorder
+            .insert_via(now, hold, flow, Some(arrived_on), fseq, buf);
     }
 
     fn on_lost(&mut self, mut lost: Vec<SentPacket>) {

@@ -239,7 +239,10 @@ impl Reorder {
     /// Notes that a packet of `flow` (new or a duplicate) came over link `link` (an index
     /// below 64; others are not recorded), for [`Self::flow_views`].
     pub(crate) fn note_link(&mut self, now: Instant, flow: FlowId, link: usize) {
-        let f = Self::flow(&mut self.flows, now, flow);
+        Self::note(Self::flow(&mut self.flows, now, flow), now, link);
+    }
+
+    fn note(f: &mut RxFlow, now: Instant, link: usize) {
         let since = now - f.links_since;
         if since >= LINK_MEMORY {
             f.links_prev = if since >= LINK_MEMORY * 2 { 0 } else { f.links };
@@ -270,7 +273,8 @@ impl Reorder {
         v
     }
 
-    /// Accepts a packet that passed duplicate suppression.
+    /// Accepts a packet that passed duplicate suppression (no link noted).
+    #[cfg(test)]
     pub(crate) fn insert(
         &mut self,
         now: Instant,
@@ -279,8 +283,25 @@ impl Reorder {
         seq: u64,
         data: Vec<u8>,
     ) {
+        self.insert_via(now, hold, flow, None, seq, data);
+    }
+
+    /// Accepts a packet that passed duplicate suppression, which came over link `link`
+    /// (noted as [`Self::note_link`] does, in the same lookup).
+    pub(crate) fn insert_via(
+        &mut self,
+        now: Instant,
+        hold: Duration,
+        flow: FlowId,
+        link: Option<usize>,
+        seq: u64,
+        data: Vec<u8>,
+    ) {
         let extra = self.extra_hold(now);
         let f = Self::flow(&mut self.flows, now, flow);
+        if let Some(l) = link {
+            Self::note(f, now, l);
+        }
         f.last_active = now;
         f.counts.received += 1;
         if f.key.is_none() {
