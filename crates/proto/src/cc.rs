@@ -180,6 +180,8 @@ pub(crate) struct Controller {
     rate: f64,
     /// Smoothed delivery rate while the window limited the link, bytes per second.
     limited_rate: f64,
+    /// Last time an acknowledgement left nothing in flight.
+    idle_at: Instant,
     /// Until then the delivery rate does not lower the window: another link's traffic
     /// has just moved here and its acknowledgements have not come back yet.
     hold_down_until: Instant,
@@ -230,6 +232,7 @@ impl Controller {
             deliveries: VecDeque::new(),
             rate: 0.0,
             limited_rate: 0.0,
+            idle_at: now,
             hold_down_until: now,
             last_nearly_empty: now,
             short_since: None,
@@ -377,6 +380,19 @@ impl Controller {
         if let Some(&(t, d)) = self.deliveries.front()
             && now - t >= window
         {
+            // After this end left the link idle for longer than the window, the oldest
+            // sample is from before: a link that only now carries traffic (another's,
+            // moved here) would read as slow for a window. Then the acknowledgements
+            // since count alone, once they span half a window. (A pause of the link's
+            // own, with packets waiting, still counts: that is what it delivers.)
+            let (t, d) = match self.deliveries.get(1) {
+                Some(&(t1, d1))
+                    if now - t >= window * 2 && self.idle_at >= t && now - t1 >= window / 2 =>
+                {
+                    (t1, d1)
+                }
+                _ => (t, d),
+            };
             self.rate = (self.delivered - d) / (now - t).as_secs_f64();
         }
     }
@@ -402,6 +418,9 @@ impl Controller {
             self.standing_rtt = self.standing.get();
         }
         self.measure_rate(now, acked);
+        if in_flight == 0 {
+            self.idle_at = now;
+        }
         if acked > 0 {
             // The link held everything for as long as no acknowledgement came, but only
             // as far as the packet now acknowledged waited beyond the path's minimum:
@@ -760,6 +779,36 @@ mod tests {
             "queueing delay up to {max} s after the takeover"
         );
         assert!(got > 0.8 * rate, "rate {got} of {rate}");
+    }
+
+    #[test]
+    fn the_rate_after_an_idle_spell_counts_only_the_new_acknowledgements() {
+        // 40 ms path; a keepalive acknowledged at 1 s, then nothing until 3 s, when
+        // acknowledgements come at 10 Mb/s (1250 bytes per ms) for 30 ms.
+        let run = |in_flight_in_silence: usize| {
+            let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+            for i in 0..40u64 {
+                c.on_ack(t(960 + i), 100, Some(ms(40)), ms(40), ms(0), 0);
+            }
+            c.on_ack(
+                t(1000),
+                100,
+                Some(ms(40)),
+                ms(40),
+                ms(0),
+                in_flight_in_silence,
+            );
+            for i in 0..=30u64 {
+                c.on_ack(t(3000 + i), 1250, Some(ms(40)), ms(40), ms(0), 50_000);
+            }
+            c.rate
+        };
+        let idle = run(0);
+        assert!(idle > 0.8 * 1.25e6, "after idling, {idle} B/s");
+        // Packets waited through the silence (a pause of the link): it delivered
+        // nothing for two seconds, and the rate says so.
+        let paused = run(50_000);
+        assert!(paused < 0.1 * 1.25e6, "after a pause, {paused} B/s");
     }
 
     #[test]
