@@ -182,6 +182,8 @@ pub(crate) struct Controller {
     limited_rate: f64,
     /// Last time an acknowledgement left nothing in flight.
     idle_at: Instant,
+    /// Last time another link's load moved here.
+    taken_over_at: Instant,
     /// Until then the delivery rate does not lower the window: another link's traffic
     /// has just moved here and its acknowledgements have not come back yet.
     hold_down_until: Instant,
@@ -233,6 +235,7 @@ impl Controller {
             rate: 0.0,
             limited_rate: 0.0,
             idle_at: now,
+            taken_over_at: now,
             hold_down_until: now,
             last_nearly_empty: now,
             short_since: None,
@@ -293,6 +296,7 @@ impl Controller {
             // of every flow on the link. The moved load waits above the binding point.
             return;
         }
+        self.taken_over_at = now;
         let need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
         self.cwnd = self.cwnd.max(need);
         self.hold_down_until = now + self.standing_rtt + self.min_rtt();
@@ -380,14 +384,17 @@ impl Controller {
         if let Some(&(t, d)) = self.deliveries.front()
             && now - t >= window
         {
-            // After this end left the link idle for longer than the window, the oldest
-            // sample is from before: a link that only now carries traffic (another's,
-            // moved here) would read as slow for a window. Then the acknowledgements
-            // since count alone, once they span half a window. (A pause of the link's
-            // own, with packets waiting, still counts: that is what it delivers.)
+            // After another link's load moved here (`take_over`) on a link left idle
+            // for longer than the window, the oldest sample is from before: the link
+            // would read as slow for a window, and the first cut after the hold-down
+            // would set its window under the moved load. Then the acknowledgements
+            // since count alone, once they span half a window.
             let (t, d) = match self.deliveries.get(1) {
                 Some(&(t1, d1))
-                    if now - t >= window * 2 && self.idle_at >= t && now - t1 >= window / 2 =>
+                    if now - t >= window * 2
+                        && self.idle_at >= t
+                        && self.taken_over_at > t
+                        && now - t1 >= window / 2 =>
                 {
                     (t1, d1)
                 }
@@ -782,10 +789,10 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_after_an_idle_spell_counts_only_the_new_acknowledgements() {
+    fn a_takeover_after_an_idle_spell_measures_only_the_moved_load() {
         // 40 ms path; a keepalive acknowledged at 1 s, then nothing until 3 s, when
         // acknowledgements come at 10 Mb/s (1250 bytes per ms) for 30 ms.
-        let run = |in_flight_in_silence: usize| {
+        let run = |in_flight_in_silence: usize, take_over: bool| {
             let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
             for i in 0..40u64 {
                 c.on_ack(t(960 + i), 100, Some(ms(40)), ms(40), ms(0), 0);
@@ -798,17 +805,25 @@ mod tests {
                 ms(0),
                 in_flight_in_silence,
             );
+            if take_over {
+                c.take_over(t(2960), 1.25e6, 0);
+            }
             for i in 0..=30u64 {
                 c.on_ack(t(3000 + i), 1250, Some(ms(40)), ms(40), ms(0), 50_000);
             }
             c.rate
         };
-        let idle = run(0);
-        assert!(idle > 0.8 * 1.25e6, "after idling, {idle} B/s");
-        // Packets waited through the silence (a pause of the link): it delivered
-        // nothing for two seconds, and the rate says so.
-        let paused = run(50_000);
-        assert!(paused < 0.1 * 1.25e6, "after a pause, {paused} B/s");
+        let moved = run(0, true);
+        assert!(moved > 0.8 * 1.25e6, "after a takeover, {moved} B/s");
+        // Without a takeover the rate is what the link carried over the whole span,
+        // as it is after a pause with packets waiting (the link delivered nothing).
+        for (in_flight, take) in [(0, false), (50_000, true)] {
+            let r = run(in_flight, take);
+            assert!(
+                r < 0.1 * 1.25e6,
+                "{in_flight} in flight, takeover {take}: {r} B/s"
+            );
+        }
     }
 
     #[test]
