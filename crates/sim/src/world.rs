@@ -492,7 +492,7 @@ impl World {
                 self.sample_rate_control(t);
             }
             if t.as_secs() != self.now.as_secs() && self.now < self.end {
-                self.sample_data_sent();
+                self.sample_data_sent(t.min(self.end));
             }
             if let Some(every) = trace_every()
                 && t.as_millis() / every != self.now.as_millis() / every
@@ -568,11 +568,14 @@ impl World {
         next
     }
 
-    /// Takes every link's count of inner packets bound to it, at a second's end.
-    fn sample_data_sent(&mut self) {
+    /// Takes every link's count of inner packets bound to it at the end of each whole
+    /// second up to `t` not taken yet (a step may cross several: nothing was bound in
+    /// between, so each gets the same count), so that entry `k` is second `k`'s.
+    fn sample_data_sent(&mut self, t: Duration) {
         let (Some(c), Some(s)) = (&self.client, &self.server) else {
             return;
         };
+        let seconds = t.as_secs() as usize;
         for (i, l) in self.links.iter_mut().enumerate() {
             let id = LinkId(i as u16);
             let sent = [c, s]
@@ -580,7 +583,8 @@ impl World {
                 .filter_map(|e| e.link_stats(id))
                 .map(|st| st.data_sent)
                 .sum();
-            l.tally.data_sent_by_s.push(sent);
+            let by_s = &mut l.tally.data_sent_by_s;
+            by_s.resize(seconds.max(by_s.len()), sent);
         }
     }
 
