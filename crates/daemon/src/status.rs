@@ -303,9 +303,8 @@ impl SessionStatus {
             reorder_held_now: e.reorder_held(),
             hold_ms: ms(e.hold_time()),
             flows_received: e
-                .reorder_flows()
+                .reorder_flows(FLOWS_LISTED)
                 .into_iter()
-                .take(FLOWS_LISTED)
                 .map(|f| FlowStatus {
                     flow: f
                         .key

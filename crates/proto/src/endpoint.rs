@@ -368,10 +368,11 @@ impl Endpoint {
         self.hold_time_at(self.last_poll)
     }
 
-    /// Every flow's reordering as the receiver sees it (the links it came over lately,
-    /// the hold its latest out-of-order packet got, its counters), busiest first.
-    pub fn reorder_flows(&self) -> Vec<crate::reorder::FlowReorderView> {
-        self.reorder.flow_views(|i| self.links[i].id)
+    /// The `limit` busiest flows' reordering as the receiver sees it (the links each
+    /// came over lately, the hold its latest out-of-order packet got, its counters),
+    /// busiest first.
+    pub fn reorder_flows(&self, limit: usize) -> Vec<crate::reorder::FlowReorderView> {
+        self.reorder.flow_views(limit, |i| self.links[i].id)
     }
 
     /// The reorder hold time in force at `now`: the links' delay spread and variation,

@@ -252,12 +252,25 @@ impl Reorder {
         f.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
     }
 
-    /// Every flow's reordering, busiest (most packets received) first; `link_id` names
-    /// the link of an index.
-    pub(crate) fn flow_views(&self, link_id: impl Fn(usize) -> LinkId) -> Vec<FlowReorderView> {
-        let mut v: Vec<FlowReorderView> = self
-            .flows
-            .iter()
+    /// The `limit` busiest flows' reordering (most packets received first); `link_id`
+    /// names the link of an index. Only those are built: a status request must not
+    /// allocate for every one of thousands of flows.
+    pub(crate) fn flow_views(
+        &self,
+        limit: usize,
+        link_id: impl Fn(usize) -> LinkId,
+    ) -> Vec<FlowReorderView> {
+        let mut busiest: Vec<(&FlowId, &RxFlow)> = self.flows.iter().collect();
+        let order = |a: &(&FlowId, &RxFlow), b: &(&FlowId, &RxFlow)| {
+            (b.1.counts.received, a.0.0).cmp(&(a.1.counts.received, b.0.0))
+        };
+        if busiest.len() > limit && limit > 0 {
+            busiest.select_nth_unstable_by(limit - 1, order);
+        }
+        busiest.truncate(limit);
+        busiest.sort_unstable_by(order);
+        busiest
+            .into_iter()
             .map(|(id, f)| FlowReorderView {
                 flow: *id,
                 key: f.key,
@@ -268,9 +281,7 @@ impl Reorder {
                 hold: f.hold,
                 counts: f.counts,
             })
-            .collect();
-        v.sort_by(|a, b| (b.counts.received, a.flow.0).cmp(&(a.counts.received, b.flow.0)));
-        v
+            .collect()
     }
 
     /// Accepts a packet that passed duplicate suppression (no link noted).
@@ -557,7 +568,7 @@ mod tests {
     fn a_flow_remembers_its_links_for_one_to_two_memories() {
         let mut r = Reorder::new(100, 0);
         let f = FlowId(1);
-        let links = |r: &Reorder| r.flow_views(|i| LinkId(i as u16))[0].links.clone();
+        let links = |r: &Reorder| r.flow_views(1, |i| LinkId(i as u16))[0].links.clone();
         let m = LINK_MEMORY.as_millis() as u64;
         r.note_link(t(0), f, 0);
         r.note_link(t(500), f, 2);
@@ -586,8 +597,12 @@ mod tests {
             r.insert(t(1), HOLD, FlowId(2), s, vec![9]);
         }
         r.handle_timeout(t(51));
-        let v = r.flow_views(|i| LinkId(10 + i as u16));
+        let v = r.flow_views(8, |i| LinkId(10 + i as u16));
         assert_eq!(v.len(), 2);
+        // The busiest alone when asked for one.
+        let one = r.flow_views(1, |i| LinkId(i as u16));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].flow, FlowId(2));
         assert_eq!(v[0].flow, FlowId(2));
         assert_eq!(v[0].links, [LinkId(10)]);
         assert_eq!(v[0].hold, Some(HOLD));
