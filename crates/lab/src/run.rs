@@ -229,20 +229,6 @@ pub fn run_with(
     if mode == LabMode::Mptcp {
         mptcp::check_flows(scenario)?;
     }
-    if let Some((i, f)) = scenario
-        .spec
-        .flows
-        .iter()
-        .enumerate()
-        .find(|(_, f)| f.via_link.is_some())
-    {
-        bail!(
-            "{}: flows[{i}].via_link (flow {:?}): flows outside the tunnel run only in the \
-             simulator for now; remove the key to run this scenario in the lab",
-            scenario.path.display(),
-            f.name
-        );
-    }
     require_root()?;
     if !exe.exists() {
         bail!("helper binary {} does not exist", exe.display());
@@ -661,7 +647,16 @@ fn run_mode(
         let kind = Kind::parse(&f.kind).context("validated flow kind")?;
         let index = i as u16;
         let up = f.direction != "down";
-        let (client_ip, server_ip) = app_addresses(mode, scenario, &links, f.start_s);
+        // A flow outside the tunnel (`via_link`) goes straight between the link's own
+        // addresses, on-link through the emulator, sharing its bottleneck with the
+        // tunnel's datagrams as another host's traffic would; in every mode, as plain
+        // TCP or UDP.
+        let via = f.via_link.map(|k| &links[k]);
+        let (client_ip, server_ip) = match via {
+            Some(l) => (l.client, l.server),
+            None => app_addresses(mode, scenario, &links, f.start_s),
+        };
+        let mptcp = mode == LabMode::Mptcp && via.is_none();
         let client = SocketAddrV4::new(client_ip, 10_000 + index);
         let server = SocketAddrV4::new(server_ip, 20_000 + index);
         let (from, to, send_role, recv_role) = if up {
@@ -700,7 +695,7 @@ fn run_mode(
         rargs.extend(common(&recv_out, end_s + 0.3));
         let mut sargs = vec!["traffic".to_owned(), "send".into()];
         sargs.extend(common(&send_out, end_s));
-        if mode == LabMode::Mptcp && !up {
+        if mptcp && !up {
             // The client opens the connection: its receiver connects to the server's
             // listening sender.
             rargs.extend([
@@ -719,7 +714,7 @@ fn run_mode(
                 to.to_string(),
             ]);
         }
-        if mode == LabMode::Mptcp {
+        if mptcp {
             rargs.push("--mptcp".into());
             sargs.push("--mptcp".into());
         }
