@@ -389,19 +389,12 @@ impl Endpoint {
         if measured.is_empty() {
             return self.config.initial_rtt.min(self.config.reorder_hold_max);
         }
-        // A packet may arrive later than the packets bound after it by the difference of
-        // the links' one-way delays plus their variation (RTT/2 as one-way delay).
-        let slowest = measured
-            .iter()
-            .map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2)
-            .max()
-            .unwrap_or_default();
-        let fastest = measured
-            .iter()
-            .map(|l| l.rtt.min / 2)
-            .min()
-            .unwrap_or_default();
-        (slowest.saturating_sub(fastest) + self.config.max_ack_delay + self.reorder.extra_hold(now))
+        let spread = reorder_spread(
+            measured
+                .iter()
+                .map(|l| (l.rtt.srtt / 2 + l.rtt.rttvar * 2, l.rtt.min / 2)),
+        );
+        (spread + self.config.max_ack_delay + self.reorder.extra_hold(now))
             .clamp(self.config.reorder_hold_min, self.config.reorder_hold_max)
     }
 
@@ -1503,5 +1496,62 @@ impl Endpoint {
             }
         }
         next
+    }
+}
+
+/// How much later than the packets bound after it a packet may arrive, from each link's
+/// latest and earliest one-way delay (`(srtt / 2 + 2 rttvar, min_rtt / 2)`): the most
+/// by which one link's latest exceeds *another* link's earliest. A link does not
+/// reorder its own packets (a FIFO: a queue that grows delays every packet behind it as
+/// much), so one link alone gives nothing, however deep its queue: holding each gap for
+/// that queue's depth would only hide a loss from the inner flow (its fast retransmit
+/// waits) while nothing can fill the gap.
+fn reorder_spread(links: impl Iterator<Item = (Duration, Duration)> + Clone) -> Duration {
+    links
+        .clone()
+        .enumerate()
+        .filter_map(|(i, (latest, _))| {
+            let earliest_other = links
+                .clone()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, (_, earliest))| earliest)
+                .min()?;
+            Some(latest.saturating_sub(earliest_other))
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn one_link_reorders_nothing_however_deep_its_queue() {
+        // A one-second standing queue over a 20 ms path: the gap behind a lost packet
+        // has nothing to wait for.
+        assert_eq!(
+            reorder_spread([(ms(520), ms(10))].into_iter()),
+            Duration::ZERO
+        );
+        assert_eq!(reorder_spread(std::iter::empty()), Duration::ZERO);
+    }
+
+    #[test]
+    fn two_links_reorder_by_one_links_latest_over_the_others_earliest() {
+        // A 25 ms link with 5 ms of variation beside a 10 ms one: 25 + 2 * 5 - 10.
+        let slow = (ms(25) + ms(10), ms(25));
+        let fast = (ms(10) + ms(2), ms(10));
+        assert_eq!(reorder_spread([slow, fast].into_iter()), ms(25));
+        assert_eq!(reorder_spread([fast, slow].into_iter()), ms(25));
+        // The fast link's own deep queue counts against the other link's earliest
+        // only: 510 - 25.
+        let queued = (ms(510), ms(10));
+        assert_eq!(reorder_spread([queued, slow].into_iter()), ms(485));
     }
 }
