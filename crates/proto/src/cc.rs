@@ -75,6 +75,12 @@ const HOLD_PACKETS: f64 = 2.0;
 const COMPETITIVE_AFTER_RTTS: u32 = 10;
 /// Round trips between two drains in competitive mode.
 const DRAIN_EVERY_RTTS: u32 = 8;
+/// The longest spacing of the periodic drains, in round trips: each drain that finds the
+/// other traffic still there doubles the spacing up to this.
+const DRAIN_EVERY_RTTS_MAX: u32 = 64;
+/// Competitive mode drains at once when a round trip carried this share of the
+/// bottleneck's capacity: the other traffic has (nearly) gone.
+const DRAIN_AT_CAPACITY_SHARE: f64 = 0.8;
 
 /// A windowed minimum or maximum over time (three-sample estimator).
 #[derive(Clone, Copy, Debug)]
@@ -180,6 +186,10 @@ pub(crate) struct Controller {
     rate: f64,
     /// Smoothed delivery rate while the window limited the link, bytes per second.
     limited_rate: f64,
+    /// A packet's time at the highest of those rates over [`MIN_RTT_WINDOW`] outside
+    /// competitive mode: the bottleneck's own packet time as far as this link has seen
+    /// it (kept as it was while competing).
+    capacity_packet_time: MinMax,
     /// Last time an acknowledgement left nothing in flight.
     idle_at: Instant,
     /// Last time another link's load moved here.
@@ -209,11 +219,24 @@ pub(crate) struct Controller {
     competitive: bool,
     loss_in_round: bool,
     round_start: Instant,
+    /// Bytes delivered when the current round trip started, and what the last whole
+    /// round trip delivered per second.
+    round_delivered: f64,
+    round_rate: f64,
+    /// Competitive mode: round trips from one periodic drain to the next, when the last
+    /// drain ended, and the round trip's rate above which a drain comes at once.
+    drain_every: u32,
+    drained_at: Instant,
+    drain_above: f64,
     /// Competitive mode: the next drain, the end of the current one, and the window to
     /// go back to after it.
     next_drain: Instant,
     drain_until: Option<Instant>,
     saved_cwnd: f64,
+    /// The window when the queue was last nearly empty: competitive mode starts from it,
+    /// undoing what the delay target took off meanwhile for a queue that was not this
+    /// link's own.
+    empty_cwnd: f64,
 }
 
 impl Controller {
@@ -234,6 +257,7 @@ impl Controller {
             deliveries: VecDeque::new(),
             rate: 0.0,
             limited_rate: 0.0,
+            capacity_packet_time: MinMax::new(false),
             idle_at: now,
             taken_over_at: now,
             hold_down_until: now,
@@ -247,9 +271,15 @@ impl Controller {
             competitive: false,
             loss_in_round: false,
             round_start: now,
+            round_delivered: 0.0,
+            round_rate: 0.0,
+            drain_every: DRAIN_EVERY_RTTS,
+            drained_at: now,
+            drain_above: 0.0,
             next_drain: now,
             drain_until: None,
             saved_cwnd: INITIAL_CWND,
+            empty_cwnd: INITIAL_CWND,
         }
     }
 
@@ -462,6 +492,11 @@ impl Controller {
             } else {
                 0.9 * self.limited_rate + 0.1 * self.rate
             };
+            if !self.competitive
+                && let Ok(t) = Duration::try_from_secs_f64(MSS / self.limited_rate)
+            {
+                self.capacity_packet_time.update(now, MIN_RTT_WINDOW, t);
+            }
         }
         let min = self.min_rtt.get();
         let dq = self.queue_delay().as_secs_f64();
@@ -469,23 +504,40 @@ impl Controller {
         let packet_time = MSS / self.rate.max(self.limited_rate);
         // (The RTT sample has the peer's ack delay taken out already, so a gap the
         // acknowledgement policy made is not counted as the link's.)
-        let gap = self.gaps.get().as_secs_f64() - HOLD_PACKETS * packet_time;
-        let hold = gap
-            .min(self.max_queue.as_secs_f64())
-            .max(HOLD_PACKETS * packet_time);
-        // Nearly empty: within the controller's own target, or a tenth of the recent RTT
-        // spread. In competitive mode only the own target counts (its own window filled
-        // the bottleneck, and that spread is its own too).
+        let gaps = self.gaps.get().as_secs_f64();
+        let max_queue = self.max_queue.as_secs_f64();
+        let target = |packet_time: f64| {
+            (gaps - HOLD_PACKETS * packet_time)
+                .min(max_queue)
+                .max(HOLD_PACKETS * packet_time)
+        };
+        let hold = target(packet_time);
         if limited && dq >= hold / 2.0 {
             self.full_at = Some(now);
         }
-        let nearly_empty = if self.competitive {
-            dq <= 2.0 * hold
+        // Nearly empty: within the controller's own target, or a tenth of the recent RTT
+        // spread. In competitive mode only the own target counts (its own window filled
+        // the bottleneck, and that spread is its own too). The own target's two packets
+        // count here at most `max_queue`, unless they take longer at the bottleneck's
+        // rate of the last seconds: when other traffic takes the bottleneck, this link's
+        // rate falls with its share, and two packets at that rate would be a target as
+        // long as the other traffic's queue (at 0.1 Mb/s, 240 ms), which would then pass
+        // for this link's own: the controller would never compete. A link whose capacity
+        // fell keeps its two packets up to `max_queue`.
+        let own = if self.capacity_packet_time.empty {
+            hold
         } else {
-            dq <= (2.0 * hold).max(0.1 * spread)
+            let capacity_time = self.capacity_packet_time.get().as_secs_f64();
+            hold.min(target(packet_time.min(capacity_time)).max(max_queue))
+        };
+        let nearly_empty = if self.competitive {
+            dq <= 2.0 * own
+        } else {
+            dq <= (2.0 * own).max(0.1 * spread)
         };
         if nearly_empty {
             self.last_nearly_empty = now;
+            self.empty_cwnd = self.cwnd;
             if self.competitive {
                 // The queue emptied when this link held back: it was its own.
                 self.competitive = false;
@@ -497,10 +549,16 @@ impl Controller {
         if !self.competitive && now - self.last_nearly_empty > min * COMPETITIVE_AFTER_RTTS {
             // Something else keeps the bottleneck's queue from emptying: a delay target
             // would leave the link to it. Start from what the link carried while its
-            // window limited it, not from the window the delay target shrank meanwhile.
+            // window limited it, or the window it had when the queue was last nearly
+            // empty, not from the window the delay target shrank meanwhile.
             self.competitive = true;
-            self.next_drain = now + srtt * DRAIN_EVERY_RTTS;
-            self.cwnd = self.cwnd.max(0.5 * self.limited_rate * srtt.as_secs_f64());
+            self.drain_every = DRAIN_EVERY_RTTS;
+            self.next_drain = now + srtt * self.drain_every;
+            self.drain_above = DRAIN_AT_CAPACITY_SHARE * self.capacity();
+            self.cwnd = self
+                .cwnd
+                .max(0.5 * self.limited_rate * srtt.as_secs_f64())
+                .max(self.empty_cwnd);
         }
         if self.competitive {
             self.competitive_ack(now, acked, in_flight, srtt);
@@ -545,27 +603,59 @@ impl Controller {
         self.cwnd = self.cwnd.max(MIN_CWND);
         if now - self.round_start >= self.standing_rtt {
             self.loss_in_round = false;
+            self.round_rate =
+                (self.delivered - self.round_delivered) / (now - self.round_start).as_secs_f64();
+            self.round_delivered = self.delivered;
             self.round_start = now;
         }
     }
 
+    /// The bottleneck's capacity as far as this link has seen it (bytes per second): the
+    /// highest smoothed delivery rate of [`MIN_RTT_WINDOW`] while the window limited it,
+    /// outside competitive mode.
+    fn capacity(&self) -> f64 {
+        if self.capacity_packet_time.empty {
+            return self.limited_rate;
+        }
+        MSS / self.capacity_packet_time.get().as_secs_f64().max(1e-9)
+    }
+
     /// Competitive mode: the window gets out of the way of the inner flows' own
     /// congestion control (it doubles each round trip while it limits), so that they
-    /// compete for the bottleneck as the other traffic there does. Every few round trips
-    /// it drains for one round trip (plus the minimum RTT) to what the link carried per
-    /// minimum RTT: if the queue then empties, it was this link's own and the controller
-    /// returns to its delay target; if it does not, the competition is still there.
+    /// compete for the bottleneck as the other traffic there does. To find out whether
+    /// the other traffic is still there, it drains for one round trip (plus the minimum
+    /// RTT) to what the bottleneck carries per minimum RTT: if the queue then empties, it
+    /// was this link's own and the controller returns to its delay target; if it does
+    /// not, the competition is still there. A drain gives the other traffic the link for
+    /// a round trip, so it comes:
+    ///
+    /// - when a round trip carried most of the capacity the link had before it competed
+    ///   (the other traffic seems gone); after such a drain found the other traffic
+    ///   still there, only at a quarter more than that round trip carried (the
+    ///   capacity was underestimated: this link never had the bottleneck alone);
+    /// - or else periodically: every 8 round trips at first, half as often after each
+    ///   drain that found the other traffic still there, up to every 64.
     fn competitive_ack(&mut self, now: Instant, acked: usize, in_flight: usize, srtt: Duration) {
         match self.drain_until {
             Some(until) if now >= until => {
+                // Still competitive: the other traffic is still there.
                 self.drain_until = None;
                 self.cwnd = self.cwnd.max(self.saved_cwnd);
-                self.next_drain = now + srtt * DRAIN_EVERY_RTTS;
+                self.drain_every = (self.drain_every * 2).min(DRAIN_EVERY_RTTS_MAX);
+                self.next_drain = now + srtt * self.drain_every;
+                self.drained_at = now;
             }
             Some(_) => {}
-            None if now >= self.next_drain => {
+            None if now >= self.next_drain
+                || (now - self.drained_at >= srtt * 2
+                    && self.drain_above > 0.0
+                    && self.round_rate >= self.drain_above) =>
+            {
+                self.drain_above = self
+                    .drain_above
+                    .max(self.round_rate / DRAIN_AT_CAPACITY_SHARE);
                 self.saved_cwnd = self.cwnd;
-                let bdp = self.rate * self.min_rtt.get().as_secs_f64() + HOLD_PACKETS * MSS;
+                let bdp = self.capacity() * self.min_rtt.get().as_secs_f64() + HOLD_PACKETS * MSS;
                 self.cwnd = bdp.max(MIN_CWND).min(self.cwnd);
                 self.drain_until = Some(now + srtt + self.min_rtt.get());
             }
@@ -880,6 +970,116 @@ mod tests {
         bad.seed(-1.0);
         assert_eq!(bad.cwnd() as f64, INITIAL_CWND);
         assert_eq!(bad.seed, None);
+    }
+
+    /// A bottleneck with a tail-drop FIFO of `fifo` seconds, and from `foreign_at`
+    /// seconds another sender that offers it as much as it carries (it keeps the FIFO
+    /// full, as a loss-based TCP in a deep buffer does): returns when this link's
+    /// controller turned competitive, if it did, and its share of what the bottleneck
+    /// delivered over the last 5 seconds.
+    fn compete(
+        rate: f64,
+        base: Duration,
+        fifo: f64,
+        foreign_at: f64,
+        secs: f64,
+    ) -> (Option<f64>, f64) {
+        use std::collections::VecDeque;
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        let step = Duration::from_micros(500);
+        let dt = step.as_secs_f64();
+        let t = |i: Instant| i.as_duration().as_secs_f64();
+        let mut now = Instant::ZERO;
+        // The FIFO: (entered, bytes, ours).
+        let mut queue: VecDeque<(Instant, f64, bool)> = VecDeque::new();
+        let mut queued = 0.0_f64;
+        let limit = fifo * rate;
+        let mut acks: VecDeque<(Instant, f64, Duration)> = VecDeque::new();
+        let (mut flight, mut srtt) = (0.0_f64, base);
+        let (mut competitive_at, mut ours, mut all) = (None, 0.0, 0.0);
+        while t(now) < secs {
+            let allowed = (c.cwnd() as f64 - flight)
+                .min(c.pacing_rate() * dt)
+                .max(0.0);
+            // Both arrive together; when the FIFO has less room than that, its tail drops
+            // the same fraction of each.
+            let foreign = if t(now) >= foreign_at { rate * dt } else { 0.0 };
+            let fits = ((limit - queued) / (foreign + allowed)).clamp(0.0, 1.0);
+            if foreign * fits > 0.0 {
+                queue.push_back((now, foreign * fits, false));
+                queued += foreign * fits;
+            }
+            if allowed * fits > 0.0 {
+                queue.push_back((now, allowed * fits, true));
+                queued += allowed * fits;
+                flight += allowed * fits;
+            }
+            if allowed > 0.0 && fits < 1.0 {
+                // Dropped at the tail: found lost at once, for simplicity.
+                c.on_loss();
+            }
+            let mut budget = rate * dt;
+            while budget > 0.0 {
+                let Some(front) = queue.front_mut() else {
+                    break;
+                };
+                let out = front.1.min(budget);
+                front.1 -= out;
+                budget -= out;
+                queued -= out;
+                if t(now) >= secs - 5.0 {
+                    all += out;
+                }
+                if front.2 {
+                    acks.push_back((now + base, out, base + (now - front.0)));
+                    if t(now) >= secs - 5.0 {
+                        ours += out;
+                    }
+                }
+                if front.1 <= 0.0 {
+                    queue.pop_front();
+                }
+            }
+            while let Some(&(at, bytes, rtt)) = acks.front() {
+                if at > now {
+                    break;
+                }
+                acks.pop_front();
+                flight -= bytes;
+                srtt = (srtt * 7 + rtt) / 8;
+                c.on_ack(
+                    now,
+                    bytes as usize,
+                    Some(rtt),
+                    srtt,
+                    Duration::ZERO,
+                    flight.max(0.0) as usize,
+                );
+            }
+            if c.competitive() && competitive_at.is_none() {
+                competitive_at = Some(t(now));
+            }
+            now += step;
+        }
+        (competitive_at, ours / all.max(1.0))
+    }
+
+    /// Another sender fills the bottleneck's deep FIFO: the delay target shrinks this
+    /// link's window and with it its share, until two packets at that share take as
+    /// long as the other sender's queue. The controller must still see that the queue
+    /// is not its own, compete within a few seconds and hold a share. (With the target
+    /// counted in packets at the link's current rate only, it never competed in any of
+    /// these and kept 1-3 % of the bottleneck.)
+    #[test]
+    fn competes_when_another_sender_fills_a_deep_fifo() {
+        for (mbps, base_ms, fifo) in [(10.0, 40, 1.2), (30.0, 20, 0.4), (4.0, 60, 2.0)] {
+            let rate = mbps * 1e6 / 8.0;
+            let (at, share) = compete(rate, ms(base_ms), fifo, 2.0, 30.0);
+            let what = format!("{mbps} Mb/s, {base_ms} ms, {fifo} s FIFO: share {share}");
+            let at = at.unwrap_or_else(|| panic!("{what}: never competed"));
+            assert!(at < 5.0, "{what}: competed only at {at} s");
+            assert!(share > 1.0 / 3.0, "{what}");
+        }
     }
 
     #[test]
