@@ -228,3 +228,46 @@ fn back_to_back_runs_leave_nothing_behind() {
         );
     }
 }
+
+/// A flow outside the tunnel (`via_link`) shares the link's bottleneck but not the
+/// daemons: bufferbloat-compete.toml's two downloads as 2 Mb/s UDP flows for 3 s. Both
+/// arrive; the daemons carry the tunnel's datagrams only.
+#[test]
+fn a_flow_outside_the_tunnel_shares_the_link_but_not_the_daemons() {
+    if !common::root_or_skip("a_flow_outside_the_tunnel_shares_the_link_but_not_the_daemons") {
+        return;
+    }
+    let scenario = Scenario::load(&common::scenario("bufferbloat-compete.toml"))
+        .and_then(|s| {
+            s.with_overrides([
+                "scenario.duration_s=3.0",
+                "flows.0.kind=\"udp-cbr\"",
+                "flows.0.rate_mbps=2.0",
+                "flows.1.kind=\"udp-cbr\"",
+                "flows.1.rate_mbps=2.0",
+                "flows.1.start_s=0.0",
+            ])
+        })
+        .expect("scenario");
+    let out = lab(&scenario, LabMode::Late, "late-via-link");
+    let flow = |name: &str| {
+        out.report
+            .flows
+            .iter()
+            .find(|f| f.name == name)
+            .expect("flow")
+            .clone()
+    };
+    let (tunnel, outside) = (flow("tunnel"), flow("outside"));
+    for f in [&tunnel, &outside] {
+        assert!(f.sent > 400, "{f:?}");
+        assert!(f.delivered as f64 >= 0.99 * f.sent as f64, "{f:?}");
+    }
+    let carried = out.report.links[0].data_sent;
+    assert!(
+        carried >= tunnel.delivered && carried < tunnel.sent + outside.sent / 2,
+        "the daemons sent {carried} data datagrams for {} of the tunnel's and {} outside",
+        tunnel.sent,
+        outside.sent
+    );
+}
