@@ -25,7 +25,11 @@
 //!   waiting at its bottleneck to use the bursts; a steady link needs two packets.
 //! - The window that keeps `hold` at the bottleneck is `R * (RTTmin + hold)`, at the
 //!   rate the link delivered while the window limited it if that is higher. When the
-//!   queue is longer than `hold`, the window falls to it at once. When the queue has
+//!   queue is longer than `hold`, the window falls to it at once, but within a round trip
+//!   no further than the queue asks: the round's first window times
+//!   `(RTTmin + hold) / (RTTmin + dq)`. The delivery rate over a minimum RTT swings with
+//!   a cellular scheduler's bursts and pauses, and with a share another sender takes;
+//!   the queue says how much the window is too large. When the queue has
 //!   stayed under half of `hold` for a round trip and the window limits the link, the
 //!   link may carry more: the window grows to `R * (RTTmin + 2 * hold)`, a search
 //!   whose overshoot, if the link carries nothing more, is one more `hold` of queue for
@@ -223,6 +227,8 @@ pub(crate) struct Controller {
     /// round trip delivered per second.
     round_delivered: f64,
     round_rate: f64,
+    /// The window when the current round trip started.
+    round_cwnd: f64,
     /// Competitive mode: round trips from one periodic drain to the next, when the last
     /// drain ended, and the round trip's rate above which a drain comes at once.
     drain_every: u32,
@@ -273,6 +279,7 @@ impl Controller {
             round_start: now,
             round_delivered: 0.0,
             round_rate: 0.0,
+            round_cwnd: INITIAL_CWND,
             drain_every: DRAIN_EVERY_RTTS,
             drained_at: now,
             drain_above: 0.0,
@@ -592,7 +599,10 @@ impl Controller {
                     self.cwnd += acked as f64;
                 }
             } else if dq > hold && now >= self.hold_down_until {
-                self.cwnd = self.cwnd.min(fit);
+                // Down to the rate's fit, but within a round trip no further than the
+                // queue asks: the window that held `dq` of queue, scaled to hold `hold`.
+                let ratio = (min.as_secs_f64() + hold) / (min.as_secs_f64() + dq);
+                self.cwnd = self.cwnd.min(fit.max(self.round_cwnd * ratio));
             } else if searching && limited {
                 // One more target queue's worth: for a round trip the bottleneck may hold
                 // up to twice the target, and no more, if the link carries nothing more.
@@ -607,6 +617,7 @@ impl Controller {
                 (self.delivered - self.round_delivered) / (now - self.round_start).as_secs_f64();
             self.round_delivered = self.delivered;
             self.round_start = now;
+            self.round_cwnd = self.cwnd;
         }
     }
 
@@ -976,7 +987,7 @@ mod tests {
     /// seconds another sender that offers it as much as it carries (it keeps the FIFO
     /// full, as a loss-based TCP in a deep buffer does): returns when this link's
     /// controller turned competitive, if it did, and its share of what the bottleneck
-    /// delivered over the last 5 seconds.
+    /// delivered over the second half of the run.
     fn compete(
         rate: f64,
         base: Duration,
@@ -1027,12 +1038,12 @@ mod tests {
                 front.1 -= out;
                 budget -= out;
                 queued -= out;
-                if t(now) >= secs - 5.0 {
+                if t(now) >= secs / 2.0 {
                     all += out;
                 }
                 if front.2 {
                     acks.push_back((now + base, out, base + (now - front.0)));
-                    if t(now) >= secs - 5.0 {
+                    if t(now) >= secs / 2.0 {
                         ours += out;
                     }
                 }
