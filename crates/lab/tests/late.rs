@@ -237,6 +237,7 @@ fn a_flow_outside_the_tunnel_shares_the_link_but_not_the_daemons() {
     if !common::root_or_skip("a_flow_outside_the_tunnel_shares_the_link_but_not_the_daemons") {
         return;
     }
+    let _g = common::serial();
     let scenario = Scenario::load(&common::scenario("bufferbloat-compete.toml"))
         .and_then(|s| {
             s.with_overrides([
