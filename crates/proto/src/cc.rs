@@ -42,10 +42,15 @@
 //!   stream and not as a burst.
 //! - Competing traffic: while the queue is never nearly empty for ten minimum RTTs,
 //!   something else keeps the bottleneck full and a delay target would leave the link
-//!   to it. The controller then competes: its window gets out of the way of the inner
-//!   flows' own congestion control, backs off by 0.7 at a loss, and every few round
-//!   trips drains to what the link carries per minimum RTT: if the queue then empties,
-//!   it was the link's own and the delay target returns.
+//!   to it (the two packets of the target count here at most `max_queue`, unless they
+//!   take longer at the highest rate of the last seconds: this link's own rate falls
+//!   with the share the other traffic takes). The controller then competes: its window
+//!   starts from what it was when the queue was last nearly empty, gets out of the way
+//!   of the inner flows' own congestion control and backs off by 0.7 at a loss. It
+//!   drains to the capacity it measured before, per minimum RTT, when a round trip
+//!   carries most of that capacity, or else every 8 round trips and half as often after
+//!   each drain that found the other traffic still there: if the queue then empties, it
+//!   was the link's own and the delay target returns.
 //!
 //! The windowed minimum and maximum filters are Kathleen Nichols' three-sample estimator
 //! (as in Linux's `lib/minmax.c`): constant memory, exact when the extreme is recent.
@@ -641,9 +646,9 @@ impl Controller {
     /// a round trip, so it comes:
     ///
     /// - when a round trip carried most of the capacity the link had before it competed
-    ///   (the other traffic seems gone); after such a drain found the other traffic
-    ///   still there, only at a quarter more than that round trip carried (the
-    ///   capacity was underestimated: this link never had the bottleneck alone);
+    ///   (the other traffic seems gone); after a drain found the other traffic still
+    ///   there, only at a quarter more than the round trip before that drain carried
+    ///   (the capacity was underestimated: this link never had the bottleneck alone);
     /// - or else periodically: every 8 round trips at first, half as often after each
     ///   drain that found the other traffic still there, up to every 64.
     fn competitive_ack(&mut self, now: Instant, acked: usize, in_flight: usize, srtt: Duration) {

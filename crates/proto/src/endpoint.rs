@@ -381,19 +381,15 @@ impl Endpoint {
         if let Some(h) = self.config.reorder_hold {
             return h;
         }
-        let measured: Vec<&Link> = self
+        let measured = self
             .links
             .iter()
             .filter(|l| l.rtt.has_sample && l.state != LinkState::Down)
-            .collect();
-        if measured.is_empty() {
+            .map(|l| (l.rtt.srtt / 2 + l.rtt.rttvar * 2, l.rtt.min / 2));
+        if measured.clone().next().is_none() {
             return self.config.initial_rtt.min(self.config.reorder_hold_max);
         }
-        let spread = reorder_spread(
-            measured
-                .iter()
-                .map(|l| (l.rtt.srtt / 2 + l.rtt.rttvar * 2, l.rtt.min / 2)),
-        );
+        let spread = reorder_spread(measured);
         (spread + self.config.max_ack_delay + self.reorder.extra_hold(now))
             .clamp(self.config.reorder_hold_min, self.config.reorder_hold_max)
     }
