@@ -725,6 +725,37 @@ mod tests {
     /// A fluid model of one bottleneck of `rate` bytes/s (from `change.0` seconds on,
     /// `change.1`) and base RTT `base`, with the controller as its only sender: returns
     /// the queueing delays seen in the last two seconds and the rate acknowledged then.
+    /// The fluid models' acknowledgements: those due by `now` (arrival, bytes, RTT
+    /// sample) leave flight and reach the controller, with `srtt` smoothed as a link's
+    /// would be. Returns the bytes acknowledged.
+    fn deliver_acks(
+        c: &mut Controller,
+        acks: &mut VecDeque<(Instant, f64, Duration)>,
+        now: Instant,
+        flight: &mut f64,
+        srtt: &mut Duration,
+    ) -> f64 {
+        let mut acked = 0.0;
+        while let Some(&(at, bytes, rtt)) = acks.front() {
+            if at > now {
+                break;
+            }
+            acks.pop_front();
+            *flight -= bytes;
+            *srtt = (*srtt * 7 + rtt) / 8;
+            c.on_ack(
+                now,
+                bytes as usize,
+                Some(rtt),
+                *srtt,
+                Duration::ZERO,
+                flight.max(0.0) as usize,
+            );
+            acked += bytes;
+        }
+        acked
+    }
+
     fn run(rate: f64, base: Duration, secs: f64, change: Option<(f64, f64)>) -> (Vec<f64>, f64) {
         run_with(rate, base, secs, change, None, None)
     }
@@ -742,7 +773,6 @@ mod tests {
         offered: Option<f64>,
     ) -> (Vec<f64>, f64) {
         let mut credit = 0.0_f64;
-        use std::collections::VecDeque;
         let mut taken = false;
         let window = |x: f64| match take {
             Some((at, _)) => x >= at && x < at + 1.0,
@@ -809,24 +839,9 @@ mod tests {
                     queue.pop_front();
                 }
             }
-            while let Some(&(at, bytes, rtt)) = acks.front() {
-                if at > now {
-                    break;
-                }
-                acks.pop_front();
-                flight -= bytes;
-                srtt = (srtt * 7 + rtt) / 8;
-                c.on_ack(
-                    now,
-                    bytes as usize,
-                    Some(rtt),
-                    srtt,
-                    Duration::ZERO,
-                    flight as usize,
-                );
-                if window(t(now)) {
-                    acked_late += bytes;
-                }
+            let acked = deliver_acks(&mut c, &mut acks, now, &mut flight, &mut srtt);
+            if window(t(now)) {
+                acked_late += acked;
             }
             if window(t(now)) {
                 delays.push(queued / rate);
@@ -1000,7 +1015,6 @@ mod tests {
         foreign_at: f64,
         secs: f64,
     ) -> (Option<f64>, f64) {
-        use std::collections::VecDeque;
         let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
         let step = Duration::from_micros(500);
         let dt = step.as_secs_f64();
@@ -1056,22 +1070,7 @@ mod tests {
                     queue.pop_front();
                 }
             }
-            while let Some(&(at, bytes, rtt)) = acks.front() {
-                if at > now {
-                    break;
-                }
-                acks.pop_front();
-                flight -= bytes;
-                srtt = (srtt * 7 + rtt) / 8;
-                c.on_ack(
-                    now,
-                    bytes as usize,
-                    Some(rtt),
-                    srtt,
-                    Duration::ZERO,
-                    flight.max(0.0) as usize,
-                );
-            }
+            deliver_acks(&mut c, &mut acks, now, &mut flight, &mut srtt);
             if c.competitive() && competitive_at.is_none() {
                 competitive_at = Some(t(now));
             }
