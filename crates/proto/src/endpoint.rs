@@ -695,16 +695,19 @@ impl Endpoint {
         self.stats.data_received += 1;
         let flow = crate::ids::FlowId(data.flow_id);
         let gseq = wire::expand(data.global_seq, self.dedup.expected());
-        let seen = self.dedup.check_and_insert(gseq);
-        if seen != Seen::New {
-            match seen {
-                Seen::Duplicate => self.stats.duplicate_data += 1,
-                _ => self.stats.too_old_data += 1,
+        match self.dedup.check_and_insert(gseq) {
+            Seen::New => {}
+            seen => {
+                if seen == Seen::Duplicate {
+                    self.stats.duplicate_data += 1;
+                } else {
+                    self.stats.too_old_data += 1;
+                }
+                // A duplicate came over a link the flow uses all the same (a redundant
+                // flow's second copies).
+                self.reorder.note_link(now, flow, arrived_on);
+                return;
             }
-            // A duplicate came over a link the flow uses all the same (a redundant
-            // flow's second copies).
-            self.reorder.note_link(now, flow, arrived_on);
-            return;
         }
         let fseq = wire::expand(data.flow_seq, self.reorder.expected(flow));
         let mut buf = self.pool.pop().unwrap_or_default();
@@ -1503,17 +1506,29 @@ impl Endpoint {
 /// that queue's depth would only hide a loss from the inner flow (its fast retransmit
 /// waits) while nothing can fill the gap.
 fn reorder_spread(links: impl Iterator<Item = (Duration, Duration)> + Clone) -> Duration {
+    // The two smallest earliest delays (and whose the smallest is): another link's
+    // earliest is the smallest, or the second smallest for the link that has it.
+    let mut first: Option<(usize, Duration)> = None;
+    let mut second: Option<Duration> = None;
+    for (i, (_, earliest)) in links.clone().enumerate() {
+        match first {
+            Some((_, e)) if earliest >= e => {
+                second = Some(second.map_or(earliest, |s| s.min(earliest)));
+            }
+            _ => {
+                second = first.map(|(_, e)| e);
+                first = Some((i, earliest));
+            }
+        }
+    }
+    let Some((smallest_at, smallest)) = first else {
+        return Duration::ZERO;
+    };
     links
-        .clone()
         .enumerate()
         .filter_map(|(i, (latest, _))| {
-            let earliest_other = links
-                .clone()
-                .enumerate()
-                .filter(|&(j, _)| j != i)
-                .map(|(_, (_, earliest))| earliest)
-                .min()?;
-            Some(latest.saturating_sub(earliest_other))
+            let other = if i == smallest_at { second? } else { smallest };
+            Some(latest.saturating_sub(other))
         })
         .max()
         .unwrap_or_default()
@@ -1549,5 +1564,8 @@ mod tests {
         // only: 510 - 25.
         let queued = (ms(510), ms(10));
         assert_eq!(reorder_spread([queued, slow].into_iter()), ms(485));
+        // Three links: the deep queue counts against the next smallest earliest.
+        assert_eq!(reorder_spread([queued, slow, fast].into_iter()), ms(500));
+        assert_eq!(reorder_spread([fast, queued, slow].into_iter()), ms(500));
     }
 }
