@@ -35,9 +35,10 @@ fn urgent_latency_matches_simulator() {
     // The urgent packet 20 ms after the burst, not 2: the lab's burst is a real process
     // writing 1000 datagrams into the qdisc, and a 2-vCPU machine can preempt it for
     // several milliseconds (the emulator's own lateness reaches 12 ms at times); the
-    // urgent packet then went in ahead of the burst's last few hundred (745 and 787 ms
-    // against the simulator's 1123, in two runs of eight). 20 ms is a margin of the same order
-    // as the longest stall seen, and the simulator drains the same 18 more slots.
+    // urgent packet then went in ahead of the burst's last few hundred (745 and 787
+    // ms against the simulator's 1123, in two runs of eight). 20 ms is a margin of the
+    // same order as the longest stall seen, and the simulator drains the same 18 more
+    // slots.
     let scenario = Scenario::load(&common::scenario("urgent.toml"))
         .and_then(|s| s.with_overrides(["flows.1.start_s=0.52"]))
         .expect("scenario");
