@@ -44,7 +44,8 @@
 //!   something else keeps the bottleneck full and a delay target would leave the link
 //!   to it (the two packets of the target count here at most `max_queue`, unless they
 //!   take longer at the highest rate of the last seconds: this link's own rate falls
-//!   with the share the other traffic takes). The controller then competes: its window
+//!   with the share the other traffic takes; and before the window has ever limited the
+//!   link, at most `max_queue`). The controller then competes: its window
 //!   starts from what it was when the queue was last nearly empty, gets out of the way
 //!   of the inner flows' own congestion control and backs off by 0.7 at a loss. It
 //!   drains to the capacity it measured before, per minimum RTT, when a round trip
@@ -535,9 +536,13 @@ impl Controller {
         // rate falls with its share, and two packets at that rate would be a target as
         // long as the other traffic's queue (at 0.1 Mb/s, 240 ms), which would then pass
         // for this link's own: the controller would never compete. A link whose capacity
-        // fell keeps its two packets up to `max_queue`.
+        // fell keeps its two packets up to `max_queue`. A link whose window has never
+        // limited it knows nothing of its capacity (keepalives, an inner TCP's first
+        // windows): its own queue counts at most `max_queue`, or a link whose flow
+        // starts after another sender filled the bottleneck would take that sender's
+        // queue for its own, until its base delay expired into it.
         let own = if self.capacity_packet_time.empty {
-            hold
+            hold.min(max_queue)
         } else {
             let capacity_time = self.capacity_packet_time.get().as_secs_f64();
             hold.min(target(packet_time.min(capacity_time)).max(max_queue))

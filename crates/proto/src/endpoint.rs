@@ -844,7 +844,6 @@ impl Endpoint {
             if l.loss_time().is_some_and(|t| t <= now) {
                 l.detect_lost(now, &mut lost);
             }
-            let timeout = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
             match l.state {
                 LinkState::Up => {
                     if l.rej_deadline(&self.config).is_some_and(|t| t <= now) {
@@ -858,7 +857,12 @@ impl Endpoint {
                 LinkState::Suspect | LinkState::Down => {
                     // Give up on packets that a silent or dead link has held for several
                     // timeouts.
-                    l.expire_in_flight(now, timeout * 3, &mut lost);
+                    l.expire_in_flight(
+                        now,
+                        self.config.max_ack_delay,
+                        self.config.suspect_min,
+                        &mut lost,
+                    );
                 }
             }
             let l = &mut self.links[i];
@@ -1476,13 +1480,12 @@ impl Endpoint {
             }
             consider(l.ping_due);
             consider(l.loss_time());
-            let timeout = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
             consider(l.rej_deadline(&self.config));
             if l.state != LinkState::Down && l.ping_due.is_none() {
                 consider(Some(l.last_eliciting_sent + self.probe_interval(i)));
             }
             if l.state != LinkState::Up && l.in_flight > 0 {
-                consider(l.oldest_unacked().map(|t| t + timeout * 3));
+                consider(l.next_expiry(self.config.max_ack_delay, self.config.suspect_min));
             }
             if !self.queues.is_empty() && l.state == LinkState::Up && l.paced() {
                 // With a binding horizon the packet is bound that much before its slot.

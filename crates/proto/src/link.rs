@@ -129,6 +129,10 @@ pub(crate) struct RxState {
 
 /// Buffers kept for reuse, at most.
 pub(crate) const RECYCLE_LIMIT: usize = 4096;
+/// How many given-up probes a link remembers (`Link::expired_probes`).
+const EXPIRED_MEMORY: usize = 16;
+/// The largest factor of a probe's expiry age.
+const PROBE_EXPIRY_SCALE_MAX: u32 = 64;
 
 /// How many ranges the receive side remembers; older packet numbers count as duplicates.
 const MAX_RX_RANGES: usize = 32;
@@ -422,6 +426,10 @@ pub(crate) struct Link {
     /// Rate and delay control (`None`: off, the link sends as fast as its budget allows).
     pub(crate) cc: Option<Controller>,
     pub(crate) largest_acked: Option<u64>,
+    /// Packet numbers of the latest probes given up by `expire_in_flight`, at most
+    /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
+    expired_probes: VecDeque<u64>,
+    probe_expiry_scale: u32,
     /// The packet number and send time of the packet whose acknowledgement gave the
     /// latest RTT sample: an RX_TIME frame about it gives its one-way delay.
     last_sampled: Option<(u64, Instant)>,
@@ -498,6 +506,8 @@ impl Link {
             bytes_in_flight: 0,
             cc,
             largest_acked: None,
+            expired_probes: VecDeque::new(),
+            probe_expiry_scale: 1,
             last_sampled: None,
             last_ack_time: now,
             below: VecDeque::new(),
@@ -621,6 +631,32 @@ impl Link {
         let base =
             self.rtt.srtt + (self.rtt.rttvar * 4).max(Duration::from_millis(1)) + max_ack_delay;
         base.max(floor)
+    }
+
+    /// How long a suspect or down link may hold a packet before it is given up: three
+    /// suspect timeouts, and for a probe (a PING, or any packet without data) that times
+    /// `probe_expiry_scale`, which doubles each time a probe given up is acknowledged
+    /// after all. The timeout follows the smoothed RTT, which stops following the path
+    /// when nothing is acknowledged any more: if another sender's queue has multiplied
+    /// the path's RTT, a fixed age gives up every probe before its acknowledgement can
+    /// come, and the link stays suspect for as long as that queue lasts (27 s of 60 in
+    /// the simulator's competing download that starts second). A probe that outlives the
+    /// RTT brings the link back, with a sample of it.
+    fn expiry_ages(&self, max_ack_delay: Duration, floor: Duration) -> (Duration, Duration) {
+        let data = self.suspect_timeout(max_ack_delay, floor) * 3;
+        (data, data * self.probe_expiry_scale)
+    }
+
+    /// When `expire_in_flight` will next give up a packet, if the link holds any.
+    pub(crate) fn next_expiry(&self, max_ack_delay: Duration, floor: Duration) -> Option<Instant> {
+        let (data_age, probe_age) = self.expiry_ages(max_ack_delay, floor);
+        // Records are in send order: the first of each kind expires first.
+        let mut eliciting = self.sent.iter().flatten().filter(|p| p.eliciting);
+        let data = eliciting.clone().find(|p| p.data.is_some());
+        let probe = eliciting.find(|p| p.data.is_none());
+        let data = data.map(|p| p.time + data_age);
+        let probe = probe.map(|p| p.time + probe_age);
+        data.into_iter().chain(probe).min()
     }
 
     /// Records a datagram handed to the driver.
@@ -748,6 +784,15 @@ impl Link {
         let mut any_eliciting = false;
         let mut acked_bytes = 0;
         for range in ranges {
+            if !self.expired_probes.is_empty() {
+                // A probe given up too early: the next ones wait twice as long.
+                let before = self.expired_probes.len();
+                self.expired_probes.retain(|pn| !range.contains(pn));
+                if self.expired_probes.len() < before {
+                    self.probe_expiry_scale =
+                        (self.probe_expiry_scale * 2).min(PROBE_EXPIRY_SCALE_MAX);
+                }
+            }
             let lo = (*range.start()).max(self.sent_base);
             let hi = *range.end();
             if hi < lo {
@@ -799,6 +844,7 @@ impl Link {
             }
         }
         if out.newly_acked > 0 {
+            self.probe_expiry_scale = 1;
             self.last_ack_time = now;
             self.stats.acked += out.newly_acked as u64;
             if self.largest_acked.is_none_or(|l| largest > l) {
@@ -879,16 +925,31 @@ impl Link {
     pub(crate) fn expire_in_flight(
         &mut self,
         now: Instant,
-        age: Duration,
+        max_ack_delay: Duration,
+        floor: Duration,
         lost: &mut Vec<SentPacket>,
     ) {
-        for slot in self.sent.iter_mut() {
-            if slot.as_ref().is_some_and(|p| p.time + age <= now) {
+        let (data_age, probe_age) = self.expiry_ages(max_ack_delay, floor);
+        for (pn, slot) in (self.sent_base..).zip(self.sent.iter_mut()) {
+            let age = |p: &SentPacket| {
+                if p.data.is_some() {
+                    data_age
+                } else {
+                    probe_age
+                }
+            };
+            if slot.as_ref().is_some_and(|p| p.time + age(p) <= now) {
                 let p = slot.take().expect("checked Some");
                 if p.eliciting {
                     self.in_flight -= 1;
                     self.bytes_in_flight -= p.size;
                     self.stats.lost += 1;
+                    if p.data.is_none() {
+                        if self.expired_probes.len() == EXPIRED_MEMORY {
+                            self.expired_probes.pop_front();
+                        }
+                        self.expired_probes.push_back(pn);
+                    }
                     lost.push(p);
                 }
             }
@@ -1069,6 +1130,61 @@ mod tests {
         assert_eq!(out.newly_acked, 3);
         assert_eq!(l.in_flight, 0);
         assert_eq!(l.rtt.srtt, Duration::from_millis(30));
+    }
+
+    /// A suspect link gives its probes up after three suspect timeouts of its smoothed
+    /// RTT. When the path's RTT has grown far past that (another sender's queue filled
+    /// it), every probe would be given up before its acknowledgement came, and the link
+    /// would stay suspect for as long as that queue lasts. An acknowledgement of a probe
+    /// already given up doubles how long the next ones are kept, until one is answered in
+    /// time: the link comes back with a sample of its RTT now.
+    #[test]
+    fn probes_given_up_too_early_are_kept_longer_until_one_is_answered() {
+        let (mad, floor) = (Duration::from_millis(5), Duration::from_millis(50));
+        let ms = Duration::from_millis;
+        let mut l = link();
+        l.on_sent(t(0), 1000, true, None);
+        l.on_ack(t(30), 0, ms(0), [0..=0].into_iter(), true, &mut Vec::new());
+        l.state = LinkState::Suspect;
+        // The path's RTT is now 1 s.
+        assert_eq!(l.suspect_timeout(mad, floor) * 3, ms(285));
+        let mut lost = Vec::new();
+        let mut back = None;
+        for k in 0..20u64 {
+            let sent = t(100 + 200 * k);
+            let pn = l.on_sent(sent, 50, true, None);
+            let answered = sent + ms(1000);
+            // Time passes to the answer, with the expiry timer run on the way.
+            while let Some(at) = l.next_expiry(mad, floor).filter(|&at| at <= answered) {
+                l.expire_in_flight(at, mad, floor, &mut lost);
+            }
+            let out = l.on_ack(
+                answered,
+                pn,
+                ms(0),
+                [pn..=pn].into_iter(),
+                true,
+                &mut Vec::new(),
+            );
+            if out.newly_acked > 0 {
+                back = Some(k);
+                break;
+            }
+        }
+        // Given up at 3 and 6 timeouts (0.29 and 0.57 s): the third, kept 12 (1.14 s), is
+        // answered.
+        assert_eq!(back, Some(2), "lost {}", lost.len());
+        assert_eq!(lost.len(), 2);
+        assert_eq!(l.rtt.latest, ms(1000));
+        assert_eq!(
+            l.probe_expiry_scale, 1,
+            "back to three timeouts once answered"
+        );
+        // Data packets are given up at three timeouts whatever the probes' scale: they
+        // were taken for reinjection, and would only hold the window.
+        l.probe_expiry_scale = 8;
+        let data_age = l.suspect_timeout(mad, floor) * 3;
+        assert_eq!(l.expiry_ages(mad, floor), (data_age, data_age * 8));
     }
 
     #[test]

@@ -144,3 +144,40 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         assert!(probe.latency_ms.p95 < 600.0, "{t}: {probe:?}");
     }
 }
+
+/// Competing traffic in the other order: a plain TCP download outside the tunnel fills
+/// the bottleneck's 1000-packet FIFO first, and the tunnel's download starts 5 s later.
+/// The tunnel must compete as a plain TCP that starts second does (the simulator's smoltcp
+/// late-comer gets 0.9 Mb/s of 10 here), on the scenario's path and on one with twice the
+/// delay. Two things kept it at a third of that:
+///
+/// - Until its flow has filled its window, a link knows nothing of its capacity, and two
+///   packets at what it delivered (keepalives, an inner TCP's first windows) are as long
+///   as the other flow's queue: the queue passed for the link's own, the controller
+///   never competed, and its base delay expired into that queue 10 s on.
+/// - When the other flow's queue multiplied the path's RTT at once, the suspect link gave
+///   up every probe (at three timeouts of its old RTT) before the answer came, and stayed
+///   suspect for 27 s of the 60.
+#[test]
+fn a_download_that_starts_after_another_filled_the_fifo_competes() {
+    let s = with(
+        &scenario("bufferbloat-compete.toml"),
+        &[
+            "flows.1.start_s=0.0",
+            "flows.0.start_s=5.0",
+            "scenario.duration_s=60.0",
+        ],
+    );
+    for delay in ["20.0", "40.0"] {
+        let s = with(&s, &[&format!("links.0.delay_ms={delay}")]);
+        let r = run(&s, Mode::Late).unwrap();
+        let plain = run(&s, Mode::Early).unwrap();
+        let (tunnel, late_comer) = (flow(&r, "tunnel"), flow(&plain, "tunnel"));
+        assert!(
+            tunnel.goodput_mbps >= 0.75 * late_comer.goodput_mbps,
+            "{delay} ms: {tunnel:?} against the plain path's {late_comer:?}"
+        );
+        let e = r.engine.as_ref().expect("engine counters");
+        assert!(e.longest_suspect_ms < 2000.0, "{delay} ms: {e:?}");
+    }
+}
