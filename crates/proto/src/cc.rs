@@ -571,7 +571,14 @@ impl Controller {
             self.competitive = true;
             self.drain_every = DRAIN_EVERY_RTTS;
             self.next_drain = now + srtt * self.drain_every;
-            self.drain_above = DRAIN_AT_CAPACITY_SHARE * self.capacity();
+            // Only a capacity measured while the window limited the link outside this
+            // mode says when the other traffic seems gone; without one (the link never
+            // had the bottleneck to itself) only the periodic drains look.
+            self.drain_above = if self.capacity_packet_time.empty {
+                0.0
+            } else {
+                DRAIN_AT_CAPACITY_SHARE * self.capacity()
+            };
             self.cwnd = self
                 .cwnd
                 .max(0.5 * self.limited_rate * srtt.as_secs_f64())
@@ -672,9 +679,11 @@ impl Controller {
                     && self.drain_above > 0.0
                     && self.round_rate >= self.drain_above) =>
             {
-                self.drain_above = self
-                    .drain_above
-                    .max(self.round_rate / DRAIN_AT_CAPACITY_SHARE);
+                if self.drain_above > 0.0 {
+                    self.drain_above = self
+                        .drain_above
+                        .max(self.round_rate / DRAIN_AT_CAPACITY_SHARE);
+                }
                 self.saved_cwnd = self.cwnd;
                 let bdp = self.capacity() * self.min_rtt.get().as_secs_f64() + HOLD_PACKETS * MSS;
                 self.cwnd = bdp.max(MIN_CWND).min(self.cwnd);
@@ -1100,6 +1109,57 @@ mod tests {
             assert!(at < 5.0, "{what}: competed only at {at} s");
             assert!(share > 1.0 / 3.0, "{what}");
         }
+    }
+
+    /// A link that competes without ever having had the bottleneck to itself (its flow
+    /// started after another sender filled the FIFO) knows no capacity that would tell
+    /// it when the other traffic has gone: its own share growing (an inner TCP's
+    /// startup) is no sign of that. Each drain it took for one (every two round trips
+    /// after its first periodic drain) held the inner flow back for a round trip. It
+    /// drains only periodically.
+    #[test]
+    fn without_a_measured_capacity_a_competing_link_drains_only_periodically() {
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        let (min, queue) = (ms(40), ms(1000));
+        let srtt = min + queue;
+        // The path's minimum, then keepalives behind the other sender's 1 s queue.
+        c.on_ack(t(0), 60, Some(min), min, Duration::ZERO, 0);
+        let mut now = 0;
+        while !c.competitive() {
+            now += 500;
+            assert!(now < 5_000, "never competed");
+            c.on_ack(t(now), 60, Some(srtt), srtt, Duration::ZERO, 0);
+        }
+        assert!(c.capacity_packet_time.empty);
+        // A flow whose window limits the link, at a steady rate or doubling each round
+        // trip up to 10 Mb/s; returns how often the window fell to under a quarter.
+        let mut run = |now: &mut u64, until: u64, rate: &mut f64, grow: bool| {
+            let (mut prev, mut falls) = (c.cwnd, 0);
+            let round = *now;
+            while *now < until {
+                *now += 10;
+                if grow && (*now - round).is_multiple_of(1_040) {
+                    *rate = (*rate * 2.0).min(1.25e6);
+                }
+                let acked = (*rate * 0.01) as usize;
+                let flight = c.cwnd().saturating_sub(acked);
+                c.on_ack(t(*now), acked, Some(srtt), srtt, Duration::ZERO, flight);
+                falls += usize::from(c.cwnd < prev / 4.0);
+                prev = c.cwnd;
+            }
+            falls
+        };
+        // The periodic drain, 8 round trips after competing began.
+        let mut rate = 20_000.0;
+        assert_eq!(
+            run(&mut now, 10_000, &mut rate, false),
+            1,
+            "one periodic drain"
+        );
+        // The flow's startup: no drain until the next periodic one, 16 round trips on.
+        let falls = run(&mut now, 25_000, &mut rate, true);
+        assert_eq!(falls, 0, "drained for the link's own growth");
+        assert_eq!(rate, 1.25e6);
     }
 
     #[test]
