@@ -298,6 +298,26 @@ impl Aggregate {
             (false, false) => l.delivery_rate,
         }
     }
+
+    /// When a packet bound to `link` now would arrive: [`MinRtt::expected_delivery_ns`],
+    /// except that a link with nothing below the binding point is judged by its pacer
+    /// and its RTT alone. Its interface rate was measured from what left it: on a link
+    /// that carried only keepalives, from packets each of which waited for the
+    /// interface to start (a cellular scheduler's grant, a trace's next delivery
+    /// opportunity: the Verizon LTE uplink read as 0.03 Mb/s), so the link was never
+    /// chosen and never measured again. The RTT, from the same padded probes and from
+    /// data, holds that wait already.
+    fn arrival_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
+        if link.below_binding == 0 {
+            let idle = LinkView {
+                tx_rate: 0.0,
+                ..*link
+            };
+            MinRtt::expected_delivery_ns(now, len, &idle)
+        } else {
+            MinRtt::expected_delivery_ns(now, len, link)
+        }
+    }
 }
 
 impl BindPolicy for Aggregate {
@@ -306,7 +326,7 @@ impl BindPolicy for Aggregate {
     }
 
     fn bind(&mut self, now: Instant, packet: &PacketMeta, links: &[LinkView]) -> Binding {
-        let arrival = |l: &LinkView| MinRtt::expected_delivery_ns(now, packet.len, l);
+        let arrival = |l: &LinkView| Self::arrival_ns(now, packet.len, l);
         let Some(best) = usable(links).min_by_key(|l| (arrival(l), l.id)) else {
             return Binding::Wait;
         };
@@ -729,6 +749,30 @@ mod tests {
         fast.cc_rate = 0.0;
         assert_eq!(
             Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[fast, links[1]]),
+            Binding::Wait
+        );
+    }
+
+    /// A cellular link that carried only keepalives measured its interface at a few
+    /// kbit/s: each keepalive waited for the scheduler's next grant. Judged by that
+    /// rate, a packet would take 187 ms to leave and the link was never chosen (so never
+    /// measured again); judged by its RTT, which holds that wait (30 ms one way), it
+    /// delivers the packet before the best link would have drained the 90 ms of backlog
+    /// ahead of it, and carries its share.
+    #[test]
+    fn aggregate_judges_an_idle_link_by_its_rtt_not_a_keepalives_wait() {
+        let best = view(0, 20, 2);
+        let mut lte = view(1, 60, 0);
+        lte.tx_rate = 7_500.0; // 0.06 Mbit/s
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
+            Binding::Link(LinkId(1))
+        );
+        // Once it has packets below the binding point, its interface rate counts: at
+        // that rate the next one would wait behind them.
+        lte.below_binding = 1;
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
             Binding::Wait
         );
     }

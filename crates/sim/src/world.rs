@@ -502,7 +502,8 @@ impl World {
                         for v in e.link_views(now_i(t)) {
                             eprintln!(
                                 "{:.3} {n} link {} {:?} cwnd {} rate {:.2} Mb/s queue {:?} \
-                                 competitive {} in flight {} srtt {:?} min {:?}",
+                                 competitive {} in flight {} srtt {:?} min {:?} tx {:.2} Mb/s \
+                                 below {}",
                                 t.as_secs_f64(),
                                 v.id.0,
                                 v.state,
@@ -512,7 +513,9 @@ impl World {
                                 v.competitive,
                                 v.bytes_in_flight,
                                 v.srtt,
-                                v.min_rtt
+                                v.min_rtt,
+                                v.tx_rate * 8e-6,
+                                v.below_binding
                             );
                         }
                     }
