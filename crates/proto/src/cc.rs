@@ -396,6 +396,16 @@ impl Controller {
         self.has_owd = true;
     }
 
+    /// The longest pause of the last [`GAP_WINDOW`]: how long the link lately delivered
+    /// nothing while packets waited (a cellular scheduler's pause).
+    pub(crate) fn recent_pause(&self) -> Duration {
+        if self.gaps.empty {
+            Duration::ZERO
+        } else {
+            self.gaps.get()
+        }
+    }
+
     /// Whether the controller is in competitive mode.
     pub(crate) fn competitive(&self) -> bool {
         self.competitive

@@ -632,8 +632,14 @@ impl Endpoint {
                     // ones included, shows the link is alive: it re-arms the timer.
                     self.links[i].last_ack_time = now;
                 }
+                let mut spurious = false;
                 for g in &out.reinjected_acked {
-                    self.on_original_acked(*g);
+                    spurious |= self.on_original_acked(*g);
+                }
+                if spurious {
+                    // Its timer expired in a pause: what it moved to the other links
+                    // went twice.
+                    self.links[i].last_spurious = Some(now);
                 }
                 if out.newly_acked > 0 {
                     self.refresh_codel_interval();
@@ -738,8 +744,8 @@ impl Endpoint {
     }
 
     /// The original of a reinjected packet was acknowledged: cancel the reinjection if it
-    /// still waits, else count it as spurious.
-    fn on_original_acked(&mut self, gseq: u64) {
+    /// still waits, else count it as spurious. Returns whether it was spurious.
+    fn on_original_acked(&mut self, gseq: u64) -> bool {
         match self.reinject_state.remove(&gseq) {
             Some(false) => {
                 if let Some(pos) = self.reinject.iter().position(|p| p.data.global_seq == gseq) {
@@ -747,9 +753,13 @@ impl Endpoint {
                     self.recycle(p.data.payload);
                     self.stats.reinjections_cancelled += 1;
                 }
+                false
             }
-            Some(true) => self.stats.reinjections_spurious += 1,
-            None => {}
+            Some(true) => {
+                self.stats.reinjections_spurious += 1;
+                true
+            }
+            None => false,
         }
     }
 

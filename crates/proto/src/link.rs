@@ -129,6 +129,9 @@ pub(crate) struct RxState {
 
 /// Buffers kept for reuse, at most.
 pub(crate) const RECYCLE_LIMIT: usize = 4096;
+/// How long a spurious suspicion (`Link::last_spurious`) lets the reinjection timer wait
+/// out the link's recent pauses.
+const SPURIOUS_MEMORY: Duration = Duration::from_secs(10);
 /// How many given-up probes a link remembers (`Link::expired_probes`).
 const EXPIRED_MEMORY: usize = 16;
 /// The largest factor of a probe's expiry age.
@@ -426,6 +429,10 @@ pub(crate) struct Link {
     /// Rate and delay control (`None`: off, the link sends as fast as its budget allows).
     pub(crate) cc: Option<Controller>,
     pub(crate) largest_acked: Option<u64>,
+    /// Last time packets taken from this link and reinjected on another were acknowledged
+    /// over it after all: its reinjection timer had expired in a pause, not at a
+    /// failure, and the reinjections went twice.
+    pub(crate) last_spurious: Option<Instant>,
     /// Packet numbers of the latest probes given up by `expire_in_flight`, at most
     /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
     expired_probes: VecDeque<u64>,
@@ -506,6 +513,7 @@ impl Link {
             bytes_in_flight: 0,
             cc,
             largest_acked: None,
+            last_spurious: None,
             expired_probes: VecDeque::new(),
             probe_expiry_scale: 1,
             last_sampled: None,
@@ -1006,6 +1014,17 @@ impl Link {
                 return Some(armed + self.suspect_timeout(mad, config.suspect_min));
             }
         };
+        // A link whose timer lately expired in a pause (what it had in flight was
+        // acknowledged after all) waits out pauses as long as its recent ones: on a
+        // cellular link each one otherwise moved its window onto the other links as
+        // duplicates (a tenth of the aggregate's capacity on aggregate-3), and a real
+        // failure of such a link is found that much later.
+        let at = match (self.last_spurious, &self.cc) {
+            (Some(t), Some(c)) if oldest - t <= SPURIOUS_MEMORY => {
+                at.max(oldest + r.min + c.recent_pause() + mad)
+            }
+            _ => at,
+        };
         Some(at.max(armed + config.rej_min))
     }
 
@@ -1185,6 +1204,52 @@ mod tests {
         l.probe_expiry_scale = 8;
         let data_age = l.suspect_timeout(mad, floor) * 3;
         assert_eq!(l.expiry_ages(mad, floor), (data_age, data_age * 8));
+    }
+
+    /// A link with rate control that paused 300 ms while packets waited: its
+    /// reinjection timer follows the formula until a suspicion turns out spurious (what
+    /// it had in flight, reinjected on another link, is acknowledged over it after all);
+    /// for 10 s it then waits out a pause as long as the recent ones.
+    #[test]
+    fn after_a_spurious_suspicion_the_timer_waits_out_the_links_recent_pauses() {
+        let config = crate::config::Config::default();
+        let ms = Duration::from_millis;
+        let mut l = Link::new(
+            LinkId(0),
+            LinkConfig::default(),
+            ms(100),
+            Some(ms(20)),
+            Instant::ZERO,
+        );
+        let ack = |l: &mut Link, pn: u64, at: u64| {
+            l.on_ack(
+                t(at),
+                pn,
+                ms(0),
+                [pn..=pn].into_iter(),
+                true,
+                &mut Vec::new(),
+            );
+        };
+        for k in 0..20 {
+            let pn = l.on_sent(t(10 * k), 1000, true, None);
+            ack(&mut l, pn, 10 * k + 50);
+        }
+        // The pause: sent at 200 ms, acknowledged 300 ms late.
+        let pn = l.on_sent(t(200), 1000, true, None);
+        ack(&mut l, pn, 550);
+        // Steady again: the smoothed RTT and its variation settle.
+        for k in 60..100 {
+            let pn = l.on_sent(t(10 * k), 1000, true, None);
+            ack(&mut l, pn, 10 * k + 50);
+        }
+        assert_eq!(l.cc.as_ref().map(|c| c.recent_pause()), Some(ms(300)));
+        l.on_sent(t(1100), 1000, true, None);
+        let formula = l.rej_deadline(&config).expect("armed");
+        assert!(formula < t(1300), "{formula:?}");
+        l.last_spurious = Some(t(560));
+        // Sent at 1100 ms: minimum RTT 50, the pause 300, max_ack_delay 5.
+        assert_eq!(l.rej_deadline(&config), Some(t(1455)));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{flow, scenario, with};
+use common::{flow, scenario, trace_capacity, with};
 
 use latebind_sim::{Mode, run};
 
@@ -95,23 +95,6 @@ fn probe_keeps_its_bound_when_a_trace_link_is_suspected_at_its_pauses() {
             "{name}: the trace's pauses are suspected: {e:?}"
         );
     }
-}
-
-/// A trace's mean capacity over the first `secs` seconds, bytes per second (the traces
-/// here are longer than that).
-fn trace_capacity(name: &str, secs: f64) -> f64 {
-    use latebind_linkmodel::{OPPORTUNITY_BYTES, Trace};
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces")
-        .join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let trace = Trace::parse(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let opportunities = trace
-        .opportunities_ms()
-        .iter()
-        .filter(|&&ms| ms as f64 <= secs * 1e3)
-        .count();
-    (opportunities * OPPORTUNITY_BYTES) as f64 / secs
 }
 
 /// Uploads over cellular traces whose delivery comes in bursts and pauses: the delivery

@@ -36,3 +36,20 @@ pub(crate) fn flow<'a>(r: &'a Report, name: &str) -> &'a FlowReport {
         .find(|f| f.name == name)
         .expect("flow in report")
 }
+
+/// A trace's mean capacity over the first `secs` seconds, bytes per second (the traces
+/// here are longer than that).
+pub(crate) fn trace_capacity(name: &str, secs: f64) -> f64 {
+    use latebind_linkmodel::{OPPORTUNITY_BYTES, Trace};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let trace = Trace::parse(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let opportunities = trace
+        .opportunities_ms()
+        .iter()
+        .filter(|&&ms| ms as f64 <= secs * 1e3)
+        .count();
+    (opportunities * OPPORTUNITY_BYTES) as f64 / secs
+}
