@@ -1018,10 +1018,12 @@ impl Link {
         // acknowledged after all) waits out pauses as long as its recent ones: on a
         // cellular link each one otherwise moved its window onto the other links as
         // duplicates (a tenth of the aggregate's capacity on aggregate-3), and a real
-        // failure of such a link is found that much later.
+        // failure of such a link is found that much later: at most `reinject_max_age`
+        // later, the age at which a reinjection is given up anyway.
         let at = match (self.last_spurious, &self.cc) {
             (Some(t), Some(c)) if oldest - t <= SPURIOUS_MEMORY => {
-                at.max(oldest + r.min + c.recent_pause() + mad)
+                let pause = c.recent_pause().min(config.reinject_max_age);
+                at.max(oldest + r.min + pause + mad)
             }
             _ => at,
         };
@@ -1250,6 +1252,12 @@ mod tests {
         l.last_spurious = Some(t(560));
         // Sent at 1100 ms: minimum RTT 50, the pause 300, max_ack_delay 5.
         assert_eq!(l.rej_deadline(&config), Some(t(1455)));
+        // The pause counts at most `reinject_max_age`.
+        let capped = crate::config::Config {
+            reinject_max_age: ms(200),
+            ..config
+        };
+        assert_eq!(l.rej_deadline(&capped), Some(t(1355)));
     }
 
     #[test]
