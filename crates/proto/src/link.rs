@@ -940,10 +940,10 @@ impl Link {
         let (data_age, probe_age) = self.expiry_ages(max_ack_delay, floor);
         for (pn, slot) in (self.sent_base..).zip(self.sent.iter_mut()) {
             let age = |p: &SentPacket| {
-                if p.data.is_some() {
-                    data_age
-                } else {
+                if p.eliciting && p.data.is_none() {
                     probe_age
+                } else {
+                    data_age
                 }
             };
             if slot.as_ref().is_some_and(|p| p.time + age(p) <= now) {

@@ -181,7 +181,13 @@ impl MinRtt {
     /// acknowledgement-based delivery rate is not used: measured over probes alone it is
     /// application-limited and would make an idle link look seconds slow.
     pub fn expected_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
-        let rate = link.tx_rate;
+        Self::delivery_at_rate_ns(now, len, link, link.tx_rate)
+    }
+
+    /// [`Self::expected_delivery_ns`] with the interface sending at `rate` bytes per
+    /// second (0: no serialization counted).
+    #[inline]
+    fn delivery_at_rate_ns(now: Instant, len: usize, link: &LinkView, rate: f64) -> u64 {
         let pacer_wait_ns = link.pacer_next.as_nanos().saturating_sub(now.as_nanos());
         // Plain float arithmetic: this runs for every link on every packet.
         // `as_nanos` is a u128; converting that to f64 is a slow libcall.
@@ -308,15 +314,12 @@ impl Aggregate {
     /// chosen and never measured again. The RTT, from the same padded probes and from
     /// data, holds that wait already.
     fn arrival_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
-        if link.below_binding == 0 {
-            let idle = LinkView {
-                tx_rate: 0.0,
-                ..*link
-            };
-            MinRtt::expected_delivery_ns(now, len, &idle)
+        let rate = if link.below_binding == 0 {
+            0.0
         } else {
-            MinRtt::expected_delivery_ns(now, len, link)
-        }
+            link.tx_rate
+        };
+        MinRtt::delivery_at_rate_ns(now, len, link, rate)
     }
 }
 
@@ -753,7 +756,7 @@ mod tests {
         );
     }
 
-    /// A cellular link that carried only keepalives measured its interface at a few
+    /// A cellular link that carried only keepalives measured its interface at tens of
     /// kbit/s: each keepalive waited for the scheduler's next grant. Judged by that
     /// rate, a packet would take 187 ms to leave and the link was never chosen (so never
     /// measured again); judged by its RTT, which holds that wait (30 ms one way), it
