@@ -1167,7 +1167,7 @@ mod tests {
         l.on_sent(t(0), 1000, true, None);
         l.on_ack(t(30), 0, ms(0), [0..=0].into_iter(), true, &mut Vec::new());
         l.state = LinkState::Suspect;
-        // The path's RTT is now 1 s.
+        // Three timeouts of the 30 ms SRTT; the path's RTT is now 1 s.
         assert_eq!(l.suspect_timeout(mad, floor) * 3, ms(285));
         let mut lost = Vec::new();
         let mut back = None;
@@ -1255,9 +1255,17 @@ mod tests {
         // The pause counts at most `reinject_max_age`.
         let capped = crate::config::Config {
             reinject_max_age: ms(200),
-            ..config
+            ..config.clone()
         };
         assert_eq!(l.rej_deadline(&capped), Some(t(1355)));
+        // More than 10 s after the spurious suspicion the formula holds again.
+        let pn = l.sent_base + l.sent.len() as u64 - 1;
+        ack(&mut l, pn, 1150);
+        l.on_sent(t(11_600), 1000, true, None);
+        let at = l.rej_deadline(&config).expect("armed");
+        assert!(at < t(11_600 + 355), "{at:?}");
+        l.last_spurious = Some(t(1_700));
+        assert_eq!(l.rej_deadline(&config), Some(t(11_955)));
     }
 
     #[test]
