@@ -101,6 +101,10 @@ pub struct ClientSection {
     pub policy: Option<String>,
     /// Links a redundant flow's packet goes on (0: every link). Default 2.
     pub redundant_links: Option<usize>,
+    /// Playout alignment of the redundant flows this side receives: each first copy
+    /// waits for as long as its copies on the other links have lately come later, so
+    /// losing a copy or a link leaves no gap, at the price of that delay. Default false.
+    pub redundant_align: Option<bool>,
     /// The dispatch stage: each datagram is bound `dispatch_horizon_us` before its
     /// pacing slot, sealed at once, and sent at its slot by a sender thread that
     /// sleeps and then spins (docs/RESULTS.md 9.7). Default false.
@@ -176,6 +180,8 @@ pub struct Policies {
     pub overflow: OverflowParams,
     /// Links a redundant flow's packet goes on.
     pub redundant_links: usize,
+    /// Playout alignment of received redundant flows.
+    pub redundant_align: bool,
 }
 
 impl Policies {
@@ -185,6 +191,7 @@ impl Policies {
         c.rules = self.rules.clone();
         c.overflow = self.overflow;
         c.redundant_links = self.redundant_links;
+        c.redundant_align = self.redundant_align;
     }
 }
 
@@ -244,6 +251,10 @@ pub struct ServerSection {
     pub policy: Option<String>,
     /// Links a redundant flow's packet goes on (0: every link). Default 2.
     pub redundant_links: Option<usize>,
+    /// Playout alignment of the redundant flows this side receives: each first copy
+    /// waits for as long as its copies on the other links have lately come later, so
+    /// losing a copy or a link leaves no gap, at the price of that delay. Default false.
+    pub redundant_align: Option<bool>,
     /// The dispatch stage: each datagram is bound `dispatch_horizon_us` before its
     /// pacing slot, sealed at once, and sent at its slot by a sender thread that
     /// sleeps and then spins (docs/RESULTS.md 9.7). Default false.
@@ -488,6 +499,7 @@ impl V<'_> {
         section: &str,
         default: Option<&String>,
         redundant_links: Option<usize>,
+        redundant_align: Option<bool>,
         rules: &[RuleSection],
         o: &OverflowSection,
     ) -> Result<Policies, ConfigError> {
@@ -550,6 +562,7 @@ impl V<'_> {
             rules: out,
             overflow,
             redundant_links,
+            redundant_align: redundant_align.unwrap_or(false),
         })
     }
 
@@ -639,6 +652,7 @@ impl ClientConfig {
             "client",
             c.policy.as_ref(),
             c.redundant_links,
+            c.redundant_align,
             &file.rules,
             &file.overflow,
         )?;
@@ -728,6 +742,7 @@ impl ServerConfig {
             "server",
             s.policy.as_ref(),
             s.redundant_links,
+            s.redundant_align,
             &file.rules,
             &file.overflow,
         )?;

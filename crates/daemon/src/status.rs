@@ -117,6 +117,9 @@ pub struct EngineCounters {
     pub reorder_gaps_skipped: u64,
     /// Packets that came after their gap was given up (delivered out of order).
     pub late_delivered: u64,
+    /// Packets of redundant flows held back to arrive with their slower copies.
+    #[serde(default)]
+    pub reorder_aligned: u64,
     /// Packets declared lost by loss detection.
     pub lost: u64,
     /// Packets taken for reinjection: a link's reinjection timer expired.
@@ -144,6 +147,10 @@ pub struct FlowStatus {
     pub links: Vec<String>,
     /// The reorder hold its latest out-of-order packet got, ms (absent: none needed).
     pub hold_ms: Option<f64>,
+    /// While it is aligned (a redundant flow, `redundant_align`): how long its latest
+    /// first copy waited for its slower copies, ms.
+    #[serde(default)]
+    pub align_ms: Option<f64>,
     /// Packets received (duplicates not counted).
     pub received: u64,
     /// Packets that waited for an earlier one.
@@ -312,6 +319,7 @@ impl SessionStatus {
                         .map_or_else(|| format!("flow {:08x}", f.flow.0), flow_name),
                     links: f.links.iter().map(|l| names(l.0)).collect(),
                     hold_ms: f.hold.map(ms),
+                    align_ms: f.align.map(ms),
                     received: f.counts.received,
                     held: f.counts.held,
                     gaps_skipped: f.counts.gaps_skipped,
@@ -335,6 +343,7 @@ impl SessionStatus {
                 reorder_held: st.reorder.held,
                 reorder_gaps_skipped: st.reorder.gaps_skipped,
                 late_delivered: st.reorder.late_delivered,
+                reorder_aligned: st.reorder.aligned,
                 lost: st.lost,
                 reinjected_timer: st.reinjected_timer,
                 reinjected_link_down: st.reinjected_link_down,
@@ -449,17 +458,19 @@ impl Status {
             if !ses.flows_received.is_empty() {
                 let _ = writeln!(
                     s,
-                    "  {:<47} {:<16} {:>8} {:>9} {:>7} {:>6} {:>6}",
-                    "flow received", "links", "hold ms", "recv", "held", "gaps", "late"
+                    "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}",
+                    "flow received", "links", "hold ms", "align ms", "recv", "held", "gaps", "late"
                 );
             }
             for f in &ses.flows_received {
                 let _ = writeln!(
                     s,
-                    "  {:<47} {:<16} {:>8} {:>9} {:>7} {:>6} {:>6}",
+                    "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}",
                     f.flow,
                     f.links.join(","),
                     f.hold_ms
+                        .map_or_else(|| "-".to_owned(), |h| format!("{h:.1}")),
+                    f.align_ms
                         .map_or_else(|| "-".to_owned(), |h| format!("{h:.1}")),
                     f.received,
                     f.held,

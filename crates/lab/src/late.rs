@@ -93,6 +93,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(server, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
     writeln!(server, "policy = \"{}\"", spec.late.default_policy().name())?;
     writeln!(server, "redundant_links = {}", spec.late.redundant_links)?;
+    writeln!(server, "redundant_align = {}", spec.late.redundant_align)?;
     writeln!(server, "rate_control = {}", spec.late.rate_control)?;
     writeln!(server, "\n[[peers]]\nname = \"client\"")?;
     writeln!(server, "public_key = \"{}\"", client_key.public_key())?;
@@ -119,6 +120,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(client, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
     writeln!(client, "policy = \"{}\"", spec.late.default_policy().name())?;
     writeln!(client, "redundant_links = {}", spec.late.redundant_links)?;
+    writeln!(client, "redundant_align = {}", spec.late.redundant_align)?;
     writeln!(client, "rate_control = {}", spec.late.rate_control)?;
     writeln!(client, "dispatch = {}", spec.late.dispatch)?;
     writeln!(

@@ -109,6 +109,12 @@ pub struct Config {
     /// Links a packet of a redundant flow goes on, the original included: 2 (the two best
     /// links, the default) or more; 0 means every usable link.
     pub redundant_links: usize,
+    /// Playout alignment of redundant flows, on the receiving side: a flow whose packets
+    /// arrive as copies over several links is delivered at the pace of its slower copies
+    /// (each first copy waits for as long as the copies on the other links have lately
+    /// come later, at most `reorder_hold_max`), so that losing a copy or a link leaves no
+    /// gap; the price is that delay. Default off: the first copy is delivered at once.
+    pub redundant_align: bool,
     /// Per-link rate and delay control (`cc.rs`): each link's sending is paced and
     /// windowed so that the queue at its bottleneck, wherever it is, stays at a couple of
     /// packets and the backlog waits in the per-flow queues above the binding point.
@@ -158,6 +164,7 @@ impl Default for Config {
             rules: Vec::new(),
             overflow: OverflowParams::default(),
             redundant_links: 2,
+            redundant_align: false,
             hash_seed: 0,
         }
     }

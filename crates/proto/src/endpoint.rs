@@ -273,6 +273,8 @@ impl Endpoint {
         });
         let mut reorder = Reorder::new(config.reorder_limit_packets, config.hash_seed);
         reorder.max_extra = config.reorder_hold_max;
+        reorder.align = config.redundant_align;
+        reorder.max_align = config.reorder_hold_max;
         Ok(Self {
             queues: FlowQueues::new(&config),
             reorder,
@@ -711,7 +713,11 @@ impl Endpoint {
                 }
                 // A duplicate came over a link the flow uses all the same (a redundant
                 // flow's second copies).
-                self.reorder.note_link(now, flow, arrived_on);
+                if seen == Seen::Duplicate {
+                    self.reorder.note_copy(now, flow, gseq, arrived_on);
+                } else {
+                    self.reorder.note_link(now, flow, arrived_on);
+                }
                 return;
             }
         }
@@ -721,7 +727,7 @@ impl Endpoint {
         buf.extend_from_slice(data.payload);
         let hold = self.hold_time_at(now);
         self.reorder
-            .insert_via(now, hold, flow, Some(arrived_on), fseq, buf);
+            .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf);
     }
 
     fn on_lost(&mut self, mut lost: Vec<SentPacket>) {
@@ -1181,11 +1187,27 @@ impl Endpoint {
             }
             v
         }));
+        // A copy on a suspect link does not count against `redundant_links`.
+        let mut extra = false;
         if which == Again::Copy && crate::policy::usable(&views).next().is_none() {
-            // Every usable link already carries this packet (one link left): the copy goes
-            // on the same link again, so that one loss there does not lose the packet.
-            views.clear();
-            views.extend_from_slice(&self.views);
+            // Every usable link already carries this packet (one link left). A suspect
+            // link that does not gets a copy first: a single loss makes a link suspect
+            // for a round trip, and a copy there is the one that survives if the usable
+            // link dies meanwhile. Then the copy goes on the same link again, so that
+            // one loss there does not lose the packet.
+            extra = views.iter().any(|v| v.state == LinkState::Suspect);
+            if extra {
+                for v in views.iter_mut() {
+                    v.state = if v.state == LinkState::Suspect {
+                        LinkState::Up
+                    } else {
+                        LinkState::Down
+                    };
+                }
+            } else {
+                views.clear();
+                views.extend_from_slice(&self.views);
+            }
         }
         let chosen = match MinRtt.bind(now, &meta, &views) {
             Binding::Link(id) => views
@@ -1227,7 +1249,8 @@ impl Endpoint {
             }
             Again::Copy => {
                 self.stats.redundant_copies_sent += 1;
-                if remaining > 1 {
+                let left = if extra { remaining } else { remaining - 1 };
+                if left > 0 {
                     // The next copy goes on yet another link.
                     self.copies.push_front(Pending {
                         data: SentData {
@@ -1235,7 +1258,7 @@ impl Endpoint {
                             ..data
                         },
                         since,
-                        remaining: remaining - 1,
+                        remaining: left,
                     });
                 }
             }

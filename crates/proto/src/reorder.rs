@@ -9,6 +9,12 @@
 //! given up (a reinjection, a slow path) is delivered at once, out of order: the
 //! duplicate filter has already made sure it is new, and a late packet is worth more to
 //! the application (or the inner TCP, which would otherwise retransmit it) than a drop.
+//!
+//! Playout alignment (optional, [`Reorder::align`]): a flow that arrives as copies over
+//! several links (a redundant flow) has each packet's first copy held back by how much
+//! later the copies on its other links have lately come, so the flow is delivered at the
+//! pace of its slowest link and losing a copy, or a whole link, leaves no gap
+//! (docs/protocol.md 5.3).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -102,6 +108,8 @@ pub struct ReorderStats {
     pub overflow_released: u64,
     /// Longest time a packet was held, nanoseconds.
     pub max_hold_ns: u64,
+    /// Packets of redundant flows held back to arrive with their slower copies.
+    pub aligned: u64,
 }
 
 #[derive(Debug)]
@@ -109,6 +117,206 @@ struct Held {
     data: Vec<u8>,
     arrived: Instant,
     deadline: Instant,
+    /// Not delivered before this (playout alignment; `arrived` otherwise).
+    play_at: Instant,
+}
+
+/// First copies of a flow remembered to pair with their second copies.
+const PLAYOUT_FIRSTS: usize = 32;
+
+/// A lag sample counts for one to two of these (counted in samples' time: without new
+/// samples, as while one of the links is down, the last ones stay in force).
+const LAG_WINDOW: Duration = Duration::from_secs(2);
+
+/// Window over which a flow's copies are counted to tell whether it is redundant.
+const COPY_WINDOW: Duration = Duration::from_secs(1);
+
+/// How much later the copies on link `second` come than their first copies on link
+/// `first`: the least lag of each [`LAG_WINDOW`] of samples, and how many samples each
+/// window had. The least, because a copy can also leave late (it waited for its link's
+/// pacer, or for the link to come back) and arrive seconds after its first copy; the
+/// copies that left together show the links' delay difference. A copy that queues longer
+/// than that arrives after its playout time by the extra wait, no later than without
+/// alignment. Of the two orders of a pair of links only the one seen more often counts:
+/// the other's samples are copies on the faster link that came late.
+#[derive(Debug)]
+struct Lag {
+    first: usize,
+    second: usize,
+    cur: Duration,
+    prev: Duration,
+    n: u32,
+    n_prev: u32,
+    since: Instant,
+}
+
+/// Samples a lag needs (in its two windows) before it holds a first copy back, and a
+/// window before it ends: a window of fewer samples (as when a link went down just after
+/// it began) goes on with the next samples, however much later they come.
+const LAG_MIN_SAMPLES: u32 = 4;
+
+/// Playout alignment of one flow (only with [`Reorder::align`]).
+#[derive(Debug)]
+struct Playout {
+    /// The latest first copies: global sequence, arrival, link.
+    firsts: VecDeque<(u64, Instant, usize)>,
+    lags: Vec<Lag>,
+    /// Whether the flow arrives as copies. Turned on when half of a window's packets
+    /// had a second copy; off only after two windows of packets over two links had none
+    /// (the sender stopped copying), not while one link is down, nor when it comes back.
+    on: bool,
+    quiet: u8,
+    received: u32,
+    pairs: u32,
+    links: u64,
+    since: Instant,
+    /// Packets the reorder stage released, waiting for their playout time, in order.
+    queue: VecDeque<(Instant, Vec<u8>)>,
+    /// The hold given to the latest first copy on each link, and when the flow's latest
+    /// first copy came: a hold grows by at most a quarter of the time between first
+    /// copies, so that turning alignment on (or a slower link) stretches no gap by more.
+    given: Vec<(usize, Duration)>,
+    last_first: Instant,
+    last_hold: Duration,
+}
+
+impl Playout {
+    fn new(now: Instant) -> Self {
+        Self {
+            firsts: VecDeque::with_capacity(PLAYOUT_FIRSTS),
+            lags: Vec::new(),
+            on: false,
+            quiet: 0,
+            received: 0,
+            pairs: 0,
+            links: 0,
+            since: now,
+            queue: VecDeque::new(),
+            given: Vec::new(),
+            last_first: now,
+            last_hold: Duration::ZERO,
+        }
+    }
+
+    /// Counts the window that ended, if one did, and starts the next.
+    fn roll(&mut self, now: Instant) {
+        if now - self.since < COPY_WINDOW {
+            return;
+        }
+        if self.received >= 8 && self.pairs == 0 && self.links.count_ones() >= 2 {
+            self.quiet += 1;
+            if self.quiet >= 2 {
+                self.on = false;
+            }
+        } else {
+            self.quiet = 0;
+        }
+        self.received = 0;
+        self.pairs = 0;
+        self.links = 0;
+        self.since = now;
+    }
+
+    fn first_copy(&mut self, now: Instant, gseq: u64, link: usize) {
+        self.roll(now);
+        self.received += 1;
+        self.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
+        if self.firsts.len() == PLAYOUT_FIRSTS {
+            self.firsts.pop_front();
+        }
+        self.firsts.push_back((gseq, now, link));
+    }
+
+    /// A second copy of `gseq` came over `link`.
+    fn second_copy(&mut self, now: Instant, gseq: u64, link: usize) {
+        self.roll(now);
+        self.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
+        let Some(&(_, at, first)) = self.firsts.iter().find(|(g, ..)| *g == gseq) else {
+            return;
+        };
+        self.pairs += 1;
+        if !self.on && self.received >= 4 && self.pairs * 2 >= self.received {
+            self.on = true;
+        }
+        if first == link {
+            // Both copies on one link (the only one up): no lag between links.
+            return;
+        }
+        let sample = now - at;
+        match self
+            .lags
+            .iter_mut()
+            .find(|l| l.first == first && l.second == link)
+        {
+            Some(l) if now - l.since >= LAG_WINDOW && l.n >= LAG_MIN_SAMPLES => {
+                l.prev = l.cur;
+                l.n_prev = l.n;
+                l.cur = sample;
+                l.n = 1;
+                l.since = now;
+            }
+            Some(l) => {
+                l.cur = l.cur.min(sample);
+                l.n += 1;
+            }
+            None => self.lags.push(Lag {
+                first,
+                second: link,
+                cur: sample,
+                prev: sample,
+                n: 1,
+                n_prev: 0,
+                since: now,
+            }),
+        }
+    }
+
+    /// How long the first copy that just came over `link` waits for its slower copies:
+    /// [`Self::target`], reached in steps.
+    fn hold(&mut self, now: Instant, link: usize, max: Duration) -> Duration {
+        let target = self.target(link).min(max);
+        let step = (now - self.last_first) / 4;
+        self.last_first = now;
+        let hold = match self.given.iter_mut().find(|(l, _)| *l == link) {
+            Some((_, given)) => {
+                *given = target.min(*given + step);
+                *given
+            }
+            None => {
+                let given = target.min(step);
+                self.given.push((link, given));
+                given
+            }
+        };
+        self.last_hold = hold;
+        hold
+    }
+
+    /// How long a first copy that came over `link` should wait for its slower copies.
+    fn target(&self, link: usize) -> Duration {
+        if !self.on {
+            return Duration::ZERO;
+        }
+        let samples = |first: usize, second: usize| {
+            self.lags
+                .iter()
+                .find(|l| l.first == first && l.second == second)
+                .map_or(0, |l| l.n + l.n_prev)
+        };
+        self.lags
+            .iter()
+            .filter(|l| {
+                let n = l.n + l.n_prev;
+                l.first == link && n >= LAG_MIN_SAMPLES && n > samples(l.second, l.first)
+            })
+            .filter_map(|l| {
+                let prev = (l.n_prev >= LAG_MIN_SAMPLES).then_some(l.prev);
+                let cur = (l.n >= LAG_MIN_SAMPLES).then_some(l.cur);
+                prev.max(cur).or(Some(l.cur.min(l.prev)))
+            })
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug)]
@@ -130,6 +338,7 @@ struct RxFlow {
     /// The flow's 5-tuple, from its first packet that parses.
     key: Option<FlowKey>,
     counts: FlowCounts,
+    play: Option<Box<Playout>>,
 }
 
 /// Per-flow counters of the receive path (see [`ReorderStats`] for their meaning).
@@ -156,6 +365,9 @@ pub struct FlowReorderView {
     pub links: Vec<LinkId>,
     /// The hold its latest out-of-order packet got (none yet: it has needed none).
     pub hold: Option<Duration>,
+    /// While the flow is aligned (it arrives as copies, with `redundant_align`): how
+    /// long its latest first copy waited for its slower copies.
+    pub align: Option<Duration>,
     /// Its counters.
     pub counts: FlowCounts,
 }
@@ -178,6 +390,10 @@ pub(crate) struct Reorder {
     late_at: Instant,
     /// Most that [`Self::extra_hold`] learns (the endpoint's longest hold).
     pub(crate) max_extra: Duration,
+    /// Playout alignment of redundant flows (`Config::redundant_align`).
+    pub(crate) align: bool,
+    /// Longest a first copy waits for its slower copies.
+    pub(crate) max_align: Duration,
     pub(crate) stats: ReorderStats,
 }
 
@@ -194,6 +410,8 @@ impl Reorder {
             late_by: Duration::ZERO,
             late_at: Instant::ZERO,
             max_extra: Duration::MAX,
+            align: false,
+            max_align: Duration::MAX,
             stats: ReorderStats::default(),
         }
     }
@@ -215,9 +433,12 @@ impl Reorder {
         self.flows.get(&flow).map_or(0, |f| f.next)
     }
 
-    /// Packets held, all flows.
+    /// Packets held, all flows (waiting for a gap or for their playout time).
     pub(crate) fn held(&self) -> usize {
-        self.flows.values().map(|f| f.held.len()).sum()
+        self.flows
+            .values()
+            .map(|f| f.held.len() + f.play.as_ref().map_or(0, |p| p.queue.len()))
+            .sum()
     }
 
     fn flow(flows: &mut FlowMap, now: Instant, flow: FlowId) -> &mut RxFlow {
@@ -233,7 +454,19 @@ impl Reorder {
             hold: None,
             key: None,
             counts: FlowCounts::default(),
+            play: None,
         })
+    }
+
+    /// Notes a duplicate of global sequence `gseq` of `flow` that came over `link`: the
+    /// link is noted as [`Self::note_link`] does, and with alignment on, the copy's lag
+    /// behind the first copy is learnt.
+    pub(crate) fn note_copy(&mut self, now: Instant, flow: FlowId, gseq: u64, link: usize) {
+        let f = Self::flow(&mut self.flows, now, flow);
+        Self::note(f, now, link);
+        if let Some(p) = f.play.as_mut() {
+            p.second_copy(now, gseq, link);
+        }
     }
 
     /// Notes that a packet of `flow` (new or a duplicate) came over link `link` (an index
@@ -279,6 +512,7 @@ impl Reorder {
                     .map(&link_id)
                     .collect(),
                 hold: f.hold,
+                align: f.play.as_ref().filter(|p| p.on).map(|p| p.last_hold),
                 counts: f.counts,
             })
             .collect()
@@ -297,6 +531,28 @@ impl Reorder {
         self.insert_via(now, hold, flow, None, seq, data);
     }
 
+    /// Accepts the first copy of global sequence `gseq`, flow sequence `seq`, which came
+    /// over link `link`: [`Self::insert_via`] with the copy remembered for alignment.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn insert_copy(
+        &mut self,
+        now: Instant,
+        hold: Duration,
+        flow: FlowId,
+        link: usize,
+        gseq: u64,
+        seq: u64,
+        data: Vec<u8>,
+    ) {
+        if self.align {
+            let f = Self::flow(&mut self.flows, now, flow);
+            f.play
+                .get_or_insert_with(|| Box::new(Playout::new(now)))
+                .first_copy(now, gseq, link);
+        }
+        self.insert_via(now, hold, flow, Some(link), seq, data);
+    }
+
     /// Accepts a packet that passed duplicate suppression, which came over link `link`
     /// (noted as [`Self::note_link`] does, in the same lookup).
     pub(crate) fn insert_via(
@@ -313,6 +569,14 @@ impl Reorder {
         if let Some(l) = link {
             Self::note(f, now, l);
         }
+        let align = match (f.play.as_mut(), link) {
+            (Some(p), Some(l)) => p.hold(now, l, self.max_align),
+            _ => Duration::ZERO,
+        };
+        let play_at = now + align;
+        if align > Duration::ZERO {
+            self.stats.aligned += 1;
+        }
         f.last_active = now;
         f.counts.received += 1;
         if f.key.is_none() {
@@ -326,12 +590,13 @@ impl Reorder {
                 self.late_by = ((now - t) + extra).min(self.max_extra);
                 self.late_at = now;
             }
-            self.out.push_back(data);
+            Self::emit(f, now, play_at, data, &mut self.out);
+            Self::reschedule(&mut self.due, flow, f);
             return;
         }
         if seq == f.next {
             f.next += 1;
-            self.out.push_back(data);
+            Self::emit(f, now, play_at, data, &mut self.out);
             self.stats.delivered += 1;
             Self::drain_in_order(f, now, &mut self.out, &mut self.stats);
         } else {
@@ -345,6 +610,7 @@ impl Reorder {
                     data,
                     arrived: now,
                     deadline: now + hold,
+                    play_at,
                 },
             );
             self.stats.held += 1;
@@ -385,7 +651,7 @@ impl Reorder {
                 break;
             }
             let (s, h) = f.held.pop_first().expect("checked");
-            Self::release(h, now, out, stats);
+            Self::release(f, h, now, out, stats);
             f.next = s + 1;
         }
         f.next = f.next.max(seq + 1);
@@ -399,20 +665,54 @@ impl Reorder {
         stats: &mut ReorderStats,
     ) {
         while let Some(h) = f.held.remove(&f.next) {
-            Self::release(h, now, out, stats);
+            Self::release(f, h, now, out, stats);
             f.next += 1;
         }
     }
 
-    fn release(h: Held, now: Instant, out: &mut VecDeque<Vec<u8>>, stats: &mut ReorderStats) {
+    fn release(
+        f: &mut RxFlow,
+        h: Held,
+        now: Instant,
+        out: &mut VecDeque<Vec<u8>>,
+        stats: &mut ReorderStats,
+    ) {
         let waited = (now - h.arrived).as_nanos() as u64;
         stats.max_hold_ns = stats.max_hold_ns.max(waited);
         stats.delivered += 1;
-        out.push_back(h.data);
+        Self::emit(f, now, h.play_at, h.data, out);
+    }
+
+    /// Hands a packet the reorder stage released to the TUN side, or to the flow's
+    /// playout queue while it is early or others wait there before it.
+    fn emit(
+        f: &mut RxFlow,
+        now: Instant,
+        play_at: Instant,
+        data: Vec<u8>,
+        out: &mut VecDeque<Vec<u8>>,
+    ) {
+        match f.play.as_mut() {
+            Some(p) if play_at > now || !p.queue.is_empty() => p.queue.push_back((play_at, data)),
+            _ => out.push_back(data),
+        }
+    }
+
+    /// Delivers the flow's playout queue up to the first packet still early.
+    fn play_due(f: &mut RxFlow, now: Instant, out: &mut VecDeque<Vec<u8>>) {
+        if let Some(p) = f.play.as_mut() {
+            while p.queue.front().is_some_and(|(t, _)| *t <= now) {
+                out.push_back(p.queue.pop_front().expect("checked").1);
+            }
+        }
     }
 
     fn reschedule(due: &mut BTreeSet<(Instant, FlowId)>, id: FlowId, f: &mut RxFlow) {
-        let earliest = f.held.values().map(|h| h.deadline).min();
+        let playout = f
+            .play
+            .as_ref()
+            .and_then(|p| p.queue.front().map(|(t, _)| *t));
+        let earliest = f.held.values().map(|h| h.deadline).chain(playout).min();
         if earliest != f.due {
             if let Some(d) = f.due {
                 due.remove(&(d, id));
@@ -449,6 +749,7 @@ impl Reorder {
             if let Some(seq) = last_due {
                 Self::skip_to(f, seq, now, &mut self.out, &mut self.stats);
             }
+            Self::play_due(f, now, &mut self.out);
             Self::reschedule(&mut self.due, id, f);
         }
     }
@@ -459,8 +760,11 @@ impl Reorder {
 
     /// Forgets flows idle for `timeout` with nothing held.
     pub(crate) fn expire_idle(&mut self, now: Instant, timeout: Duration) {
-        self.flows
-            .retain(|_, f| !f.held.is_empty() || now - f.last_active < timeout);
+        self.flows.retain(|_, f| {
+            !f.held.is_empty()
+                || f.play.as_ref().is_some_and(|p| !p.queue.is_empty())
+                || now - f.last_active < timeout
+        });
     }
 }
 
@@ -474,6 +778,10 @@ mod tests {
     }
 
     const HOLD: Duration = Duration::from_millis(50);
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
 
     fn drain(r: &mut Reorder) -> Vec<u8> {
         let mut v = Vec::new();
@@ -644,6 +952,169 @@ mod tests {
         }
         assert_eq!(drain(&mut r), vec![1, 2, 3, 4]);
         assert_eq!(r.stats.overflow_released, 1);
+    }
+
+    /// A copy of packet `seq` arriving at `at` over `link`.
+    #[derive(Clone, Copy)]
+    struct Copy {
+        at: Instant,
+        link: usize,
+        seq: u64,
+    }
+
+    /// Feeds the copies (global sequence = flow sequence, one flow) in time order through
+    /// a duplicate filter and an aligning reorder stage, firing its timers; returns when
+    /// each packet was delivered.
+    fn play(align: bool, mut copies: Vec<Copy>) -> Vec<(u64, Instant)> {
+        copies.sort_by_key(|c| c.at);
+        let mut r = Reorder::new(100, 0);
+        r.align = align;
+        r.max_align = Duration::from_millis(500);
+        let mut d = Dedup::new();
+        let mut out = Vec::new();
+        let mut drain_at = |r: &mut Reorder, now: Instant| {
+            while let Some(p) = r.pop() {
+                out.push((u64::from_be_bytes(p[..8].try_into().unwrap()), now));
+            }
+        };
+        for c in copies {
+            while let Some(due) = r.next_deadline().filter(|due| *due <= c.at) {
+                r.handle_timeout(due);
+                drain_at(&mut r, due);
+            }
+            match d.check_and_insert(c.seq) {
+                Seen::New => r.insert_copy(
+                    c.at,
+                    HOLD,
+                    FlowId(1),
+                    c.link,
+                    c.seq,
+                    c.seq,
+                    c.seq.to_be_bytes().to_vec(),
+                ),
+                _ => r.note_copy(c.at, FlowId(1), c.seq, c.link),
+            }
+            drain_at(&mut r, c.at);
+        }
+        while let Some(due) = r.next_deadline() {
+            r.handle_timeout(due);
+            drain_at(&mut r, due);
+        }
+        out
+    }
+
+    fn max_gap(delivered: &[(u64, Instant)]) -> Duration {
+        delivered
+            .windows(2)
+            .map(|w| w[1].1 - w[0].1)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Packets every 20 ms from t = 0, a copy over link 0 after 10 ms and over link 1
+    /// after 25 ms, except those `lost` drops.
+    fn two_links(n: u64, lost: impl Fn(usize, u64) -> bool) -> Vec<Copy> {
+        let mut v = Vec::new();
+        for seq in 0..n {
+            for (link, delay) in [(0, 10), (1, 25)] {
+                if !lost(link, seq) {
+                    let at = t(seq * 20 + delay);
+                    v.push(Copy { at, link, seq });
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_redundant_flow_is_delivered_at_the_pace_of_its_slower_copies() {
+        // The fast link loses a copy now and then and dies from packet 300 to 400.
+        let lost =
+            |link: usize, seq: u64| link == 0 && (seq % 37 == 20 || (300..400).contains(&seq));
+        let plain = play(false, two_links(600, lost));
+        let aligned = play(true, two_links(600, lost));
+        assert_eq!(plain.len(), 600);
+        assert_eq!(aligned.len(), 600);
+        assert!(aligned.windows(2).all(|w| w[0].0 < w[1].0), "in order");
+        // Without alignment a lost fast copy leaves a gap of the spacing plus the delay
+        // difference, 35 ms.
+        assert_eq!(max_gap(&plain), ms(35));
+        // Aligned: the first packets are delivered at once, then the hold grows by a
+        // quarter of the spacing per packet to the links' 15 ms difference.
+        assert!(max_gap(&aligned) <= ms(25), "{:?}", max_gap(&aligned));
+        let latency = |seq: u64| {
+            let at = aligned.iter().find(|(s, _)| *s == seq).unwrap().1;
+            at - t(seq * 20)
+        };
+        assert_eq!(latency(0), ms(10));
+        for seq in [50, 299, 300, 350, 400, 450, 599] {
+            assert_eq!(latency(seq), ms(25), "packet {seq}");
+        }
+        assert!(
+            aligned
+                .windows(2)
+                .skip(10)
+                .all(|w| w[1].1 - w[0].1 == ms(20))
+        );
+    }
+
+    #[test]
+    fn copies_that_left_late_do_not_hold_the_flow_back() {
+        let mut copies = two_links(300, |link, seq| link == 0 && (100..150).contains(&seq));
+        // Link 0 comes back and sends the copies it held, half a second late, then a
+        // lone late copy on the slow link just before a long pause of link 0's.
+        for seq in 140..150 {
+            copies.push(Copy {
+                at: t(seq * 20 + 500),
+                link: 0,
+                seq,
+            });
+        }
+        copies.retain(|c| !(c.link == 1 && c.seq == 200));
+        copies.push(Copy {
+            at: t(200 * 20 + 600),
+            link: 1,
+            seq: 200,
+        });
+        copies.retain(|c| !(c.link == 0 && (201..260).contains(&c.seq)));
+        let aligned = play(true, copies);
+        let latency = |seq: u64| {
+            let at = aligned.iter().find(|(s, _)| *s == seq).unwrap().1;
+            at - t(seq * 20)
+        };
+        for seq in [99, 100, 149, 150, 200, 201, 259, 260, 299] {
+            assert_eq!(latency(seq), ms(25), "packet {seq}");
+        }
+        let gaps: Vec<_> = aligned[10..]
+            .windows(2)
+            .filter(|w| w[1].1 - w[0].1 != ms(20))
+            .collect();
+        assert!(max_gap(&aligned[10..]) <= ms(20), "{gaps:?}");
+    }
+
+    #[test]
+    fn a_flow_with_few_duplicates_is_not_held() {
+        // A bulk flow over two links, 1 ms apart, alternating; one packet in ten arrives
+        // twice (a spurious reinjection on the other link, 30 ms later).
+        let mut copies = Vec::new();
+        for seq in 0..1000u64 {
+            let link = (seq % 2) as usize;
+            copies.push(Copy {
+                at: t(seq),
+                link,
+                seq,
+            });
+            if seq % 10 == 0 {
+                copies.push(Copy {
+                    at: t(seq + 30),
+                    link: 1 - link,
+                    seq,
+                });
+            }
+        }
+        let aligned = play(true, copies);
+        assert_eq!(aligned.len(), 1000);
+        assert!(aligned.iter().all(|(seq, at)| *at == t(*seq)));
     }
 
     proptest! {

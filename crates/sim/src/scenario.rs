@@ -195,6 +195,10 @@ pub struct LateKnobs {
     /// Links a redundant flow's packet goes on (0: all). Default 2.
     #[serde(default = "two")]
     pub redundant_links: usize,
+    /// Playout alignment of redundant flows at the receiver (each first copy waits for
+    /// its slower copies). Default false.
+    #[serde(default)]
+    pub redundant_align: bool,
     /// Per-link rate and delay control (keeps each link's bottleneck queue short).
     /// Default true.
     #[serde(default = "yes")]
@@ -397,6 +401,7 @@ impl Default for LateKnobs {
             rules: Vec::new(),
             overflow: OverflowToml::default(),
             redundant_links: 2,
+            redundant_align: false,
             rate_control: true,
             rate_control_max_queue_ms: default_rc_max_queue_ms(),
             codel_target_ms: default_codel_target_ms(),

@@ -401,6 +401,7 @@ impl World {
                     c.rules = spec.late.engine_rules(&spec.flows);
                     c.overflow = spec.late.overflow_params();
                     c.redundant_links = spec.late.redundant_links;
+                    c.redundant_align = spec.late.redundant_align;
                     c.rate_control = spec.late.rate_control;
                     c.rate_control_max_queue = spec.late.rate_control_max_queue();
                     c.codel_target = spec.late.codel_target();

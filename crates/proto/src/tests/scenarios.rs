@@ -932,3 +932,49 @@ fn same_inputs_same_outputs() {
     }
     assert_eq!(rx_a, rx_b);
 }
+
+/// A redundant flow over a fast and a slow link. The slow link loses one copy, and its
+/// reinjection timer makes it suspect for a while; the fast link dies at that moment. The
+/// copies of the packets sent meanwhile went on the suspect link all the same (and again
+/// on the fast one), so every packet still arrives by the slow link's delay. Sent twice on
+/// the fast link only, those packets waited for the dead link's reinjection timer.
+#[test]
+fn redundant_copy_goes_on_a_suspect_link_so_the_usable_one_dying_costs_nothing() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    const PORT: u16 = 9300;
+    let cut = Rc::new(Cell::new(Instant::MAX));
+    let cut_at = Rc::clone(&cut);
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(25)))
+        .config(|c| c.default_policy = crate::PolicyKind::Redundant)
+        .drop_fn(Box::new(move |d| {
+            let lost_copy = d.link == LinkId(1)
+                && data_in(d.bytes)
+                    .iter()
+                    .any(|i| i.src_port == PORT && i.seq == 20);
+            lost_copy || (d.link == LinkId(0) && d.time >= cut_at.get())
+        }))
+        .build();
+    let start = at_ms(200);
+    pair.send_stream(Side::Client, &FlowSpec::bulk(PORT, 160), 100, start, ms(20));
+    let mut t = start;
+    while pair.view(Side::Client, 1).state != LinkState::Suspect {
+        t += Duration::from_micros(100);
+        assert!(t < start + ms(1000), "the slow link never became suspect");
+        pair.drive_until(t);
+    }
+    cut.set(t);
+    pair.drive_until(start + ms(3000));
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&PORT].len(), 100);
+    for seq in 0..100u32 {
+        let sent = start + ms(20) * seq;
+        let late = delivery_of(&pair, Side::Server, PORT, seq).expect("delivered") - sent;
+        assert!(
+            late <= ms(30),
+            "packet {seq} delivered {late:?} after it was sent"
+        );
+    }
+}
