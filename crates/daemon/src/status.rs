@@ -120,6 +120,10 @@ pub struct EngineCounters {
     /// Packets of redundant flows held back to arrive with their slower copies.
     #[serde(default)]
     pub reorder_aligned: u64,
+    /// Gaps held past their hold time while a link that could still carry the missing
+    /// packet was behind them.
+    #[serde(default)]
+    pub reorder_waited_for_links: u64,
     /// Packets declared lost by loss detection.
     pub lost: u64,
     /// Packets taken for reinjection: a link's reinjection timer expired.
@@ -344,6 +348,7 @@ impl SessionStatus {
                 reorder_gaps_skipped: st.reorder.gaps_skipped,
                 late_delivered: st.reorder.late_delivered,
                 reorder_aligned: st.reorder.aligned,
+                reorder_waited_for_links: st.reorder.waited_for_links,
                 lost: st.lost,
                 reinjected_timer: st.reinjected_timer,
                 reinjected_link_down: st.reinjected_link_down,

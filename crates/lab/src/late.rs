@@ -339,6 +339,7 @@ pub fn engine_report(
         reorder_held: sum(&|s| s.engine.reorder_held),
         reorder_gaps_skipped: sum(&|s| s.engine.reorder_gaps_skipped),
         late_delivered: sum(&|s| s.engine.late_delivered),
+        reorder_waited_for_links: sum(&|s| s.engine.reorder_waited_for_links),
         reinjected_timer: sum(&|s| s.engine.reinjected_timer),
         reinjected_link_down: sum(&|s| s.engine.reinjected_link_down),
         reinjections_cancelled: sum(&|s| s.engine.reinjections_cancelled),

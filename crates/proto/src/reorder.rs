@@ -93,6 +93,18 @@ impl Dedup {
     }
 }
 
+/// Whether a packet bound before global sequence `gseq` may still be on its way: a link
+/// that delivered data within the last [`LINK_MEMORY`] (`links`: per link, the highest
+/// global sequence it delivered and when it last delivered) has not yet delivered
+/// anything bound at or after `gseq`. Packets are bound in global sequence order and each
+/// link delivers in the order it sends, so once every such link has passed `gseq` a
+/// packet missing before it was lost (or is a reinjection, which comes later anyway).
+fn behind(links: &[(u64, Instant)], gseq: u64, now: Instant) -> bool {
+    links
+        .iter()
+        .any(|&(highest, at)| highest < gseq && at > Instant::ZERO && now - at < LINK_MEMORY)
+}
+
 /// Counters of the receive path.
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
 pub struct ReorderStats {
@@ -110,6 +122,9 @@ pub struct ReorderStats {
     pub max_hold_ns: u64,
     /// Packets of redundant flows held back to arrive with their slower copies.
     pub aligned: u64,
+    /// Gaps held past their hold time because a link that could still carry the
+    /// missing packet was behind them.
+    pub waited_for_links: u64,
 }
 
 #[derive(Debug)]
@@ -119,6 +134,11 @@ struct Held {
     deadline: Instant,
     /// Not delivered before this (playout alignment; `arrived` otherwise).
     play_at: Instant,
+    /// Its global sequence number, when known.
+    gseq: Option<u64>,
+    /// The deadline its hold time gave, while `deadline` waits for a link that is
+    /// behind (see [`Reorder::handle_timeout`]).
+    held_until: Option<Instant>,
 }
 
 /// First copies of a flow remembered to pair with their second copies.
@@ -390,6 +410,11 @@ pub(crate) struct Reorder {
     late_at: Instant,
     /// Most that [`Self::extra_hold`] learns (the endpoint's longest hold).
     pub(crate) max_extra: Duration,
+    /// Per link index: the highest global sequence it delivered, and when it last
+    /// delivered one ([`behind`]).
+    rx_links: Vec<(u64, Instant)>,
+    /// Flows whose first gap waits for a link that is behind it.
+    waiting: Vec<FlowId>,
     /// Playout alignment of redundant flows (`Config::redundant_align`).
     pub(crate) align: bool,
     /// Longest a first copy waits for its slower copies.
@@ -410,6 +435,8 @@ impl Reorder {
             late_by: Duration::ZERO,
             late_at: Instant::ZERO,
             max_extra: Duration::MAX,
+            rx_links: Vec::new(),
+            waiting: Vec::new(),
             align: false,
             max_align: Duration::MAX,
             stats: ReorderStats::default(),
@@ -426,6 +453,40 @@ impl Reorder {
     pub(crate) fn extra_hold(&self, now: Instant) -> Duration {
         let halvings = ((now - self.late_at).as_nanos() / LATE_HALF_LIFE.as_nanos()).min(31);
         self.late_by / (1u32 << halvings)
+    }
+
+    fn note_rx(&mut self, now: Instant, link: usize, gseq: u64) {
+        if link >= 64 {
+            return;
+        }
+        if self.rx_links.len() <= link {
+            self.rx_links.resize(link + 1, (0, Instant::ZERO));
+        }
+        let l = &mut self.rx_links[link];
+        l.0 = l.0.max(gseq);
+        l.1 = now;
+        // A flow waiting for a link that is behind its gap: once no link is, its hold
+        // time is in force again.
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let id = self.waiting[i];
+            let Some(f) = self.flows.get_mut(&id) else {
+                self.waiting.swap_remove(i);
+                continue;
+            };
+            let first = f.held.values().next().and_then(|h| h.gseq);
+            if first.is_some_and(|g| behind(&self.rx_links, g, now)) {
+                i += 1;
+                continue;
+            }
+            self.waiting.swap_remove(i);
+            for h in f.held.values_mut() {
+                if let Some(t) = h.held_until.take() {
+                    h.deadline = t;
+                }
+            }
+            Self::reschedule(&mut self.due, id, f);
+        }
     }
 
     /// The flow sequence number `flow` expects next (0 for a flow not seen yet).
@@ -462,6 +523,7 @@ impl Reorder {
     /// link is noted as [`Self::note_link`] does, and with alignment on, the copy's lag
     /// behind the first copy is learnt.
     pub(crate) fn note_copy(&mut self, now: Instant, flow: FlowId, gseq: u64, link: usize) {
+        self.note_rx(now, link, gseq);
         let f = Self::flow(&mut self.flows, now, flow);
         Self::note(f, now, link);
         if let Some(p) = f.play.as_mut() {
@@ -528,7 +590,7 @@ impl Reorder {
         seq: u64,
         data: Vec<u8>,
     ) {
-        self.insert_via(now, hold, flow, None, seq, data);
+        self.insert_via(now, hold, flow, None, None, seq, data);
     }
 
     /// Accepts the first copy of global sequence `gseq`, flow sequence `seq`, which came
@@ -544,23 +606,26 @@ impl Reorder {
         seq: u64,
         data: Vec<u8>,
     ) {
+        self.note_rx(now, link, gseq);
         if self.align {
             let f = Self::flow(&mut self.flows, now, flow);
             f.play
                 .get_or_insert_with(|| Box::new(Playout::new(now)))
                 .first_copy(now, gseq, link);
         }
-        self.insert_via(now, hold, flow, Some(link), seq, data);
+        self.insert_via(now, hold, flow, Some(link), Some(gseq), seq, data);
     }
 
     /// Accepts a packet that passed duplicate suppression, which came over link `link`
     /// (noted as [`Self::note_link`] does, in the same lookup).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert_via(
         &mut self,
         now: Instant,
         hold: Duration,
         flow: FlowId,
         link: Option<usize>,
+        gseq: Option<u64>,
         seq: u64,
         data: Vec<u8>,
     ) {
@@ -611,6 +676,8 @@ impl Reorder {
                     arrived: now,
                     deadline: now + hold,
                     play_at,
+                    gseq,
+                    held_until: None,
                 },
             );
             self.stats.held += 1;
@@ -740,6 +807,25 @@ impl Reorder {
                 continue;
             };
             f.due = None;
+            // The first gap's packet may still be on a link that is behind it: its hold
+            // time waits until that link passes the gap (`note_rx`), at most the
+            // longest hold from the first packet held.
+            let first = f.held.values().next();
+            let until = first.and_then(|h| {
+                let g = h.gseq?;
+                let until = h.arrived + self.max_extra;
+                (now < until && behind(&self.rx_links, g, now)).then_some(until)
+            });
+            if let Some(until) = until {
+                for h in f.held.values_mut().filter(|h| h.deadline <= now) {
+                    h.held_until.get_or_insert(h.deadline);
+                    h.deadline = until;
+                }
+                if !self.waiting.contains(&id) {
+                    self.waiting.push(id);
+                    self.stats.waited_for_links += 1;
+                }
+            }
             let last_due = f
                 .held
                 .iter()
@@ -1115,6 +1201,77 @@ mod tests {
         let aligned = play(true, copies);
         assert_eq!(aligned.len(), 1000);
         assert!(aligned.iter().all(|(seq, at)| *at == t(*seq)));
+    }
+
+    /// Delivers what is out at `now`, after firing the timers due by then.
+    fn at(r: &mut Reorder, now: Instant) -> Vec<u8> {
+        while let Some(due) = r.next_deadline().filter(|d| *d <= now) {
+            r.handle_timeout(due);
+        }
+        drain(r)
+    }
+
+    #[test]
+    fn a_gap_waits_past_its_hold_while_a_link_is_behind_it() {
+        // Packets 0..6 of one flow, global sequence = flow sequence; 2 goes on a slow
+        // link (1), the others on a fast one (0). The slow link has delivered 1 already.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        let f = FlowId(1);
+        r.insert_copy(t(0), HOLD, f, 0, 0, 0, vec![0]);
+        r.insert_copy(t(1), HOLD, f, 1, 1, 1, vec![1]);
+        for s in 3..6 {
+            r.insert_copy(t(s), HOLD, f, 0, s, s, vec![s as u8]);
+        }
+        assert_eq!(drain(&mut r), vec![0, 1]);
+        // Link 1 keeps delivering (another flow's packets bound before 2) past the hold
+        // time of 3: the gap waits.
+        r.insert_copy(t(40), HOLD, FlowId(2), 1, 2, 0, vec![9]);
+        assert_eq!(drain(&mut r), vec![9]);
+        assert_eq!(
+            at(&mut r, t(80)),
+            Vec::<u8>::new(),
+            "held past 3's hold time (53 ms)"
+        );
+        assert_eq!(r.stats.waited_for_links, 1);
+        r.insert_copy(t(90), HOLD, f, 1, 2, 2, vec![2]);
+        assert_eq!(drain(&mut r), vec![2, 3, 4, 5]);
+        assert_eq!(r.stats.gaps_skipped, 0);
+    }
+
+    #[test]
+    fn a_gap_every_link_has_passed_is_given_up_at_its_hold_time() {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        let f = FlowId(1);
+        r.insert_copy(t(0), HOLD, f, 0, 0, 0, vec![0]);
+        r.insert_copy(t(1), HOLD, f, 1, 1, 1, vec![1]);
+        // 2 is lost; the slow link then delivers 4, bound after it.
+        r.insert_copy(t(3), HOLD, f, 0, 3, 3, vec![3]);
+        r.insert_copy(t(20), HOLD, f, 1, 4, 4, vec![4]);
+        assert_eq!(drain(&mut r), vec![0, 1]);
+        assert_eq!(at(&mut r, t(52)), Vec::<u8>::new());
+        assert_eq!(at(&mut r, t(53)), vec![3, 4], "at 3's hold time");
+        assert_eq!(r.stats.gaps_skipped, 1);
+        assert_eq!(r.stats.waited_for_links, 0);
+    }
+
+    #[test]
+    fn a_gap_waits_for_a_link_that_went_silent_no_longer_than_the_longest_hold() {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(200);
+        let f = FlowId(1);
+        r.insert_copy(t(0), HOLD, f, 0, 0, 0, vec![0]);
+        r.insert_copy(t(1), HOLD, f, 1, 1, 1, vec![1]);
+        // 2 went on link 1, which dies; link 0 goes on.
+        for s in 3..20 {
+            r.insert_copy(t(s * 10), HOLD, f, 0, s, s, vec![s as u8]);
+        }
+        assert_eq!(drain(&mut r), vec![0, 1]);
+        assert_eq!(at(&mut r, t(229)), Vec::<u8>::new());
+        let out = at(&mut r, t(230));
+        assert_eq!(out.first(), Some(&3), "given up 200 ms after 3 came");
+        assert_eq!(r.stats.gaps_skipped, 1);
     }
 
     proptest! {

@@ -124,6 +124,8 @@ pub struct EngineReport {
     pub reorder_gaps_skipped: u64,
     /// Packets that arrived after their gap was given up (delivered out of order).
     pub late_delivered: u64,
+    /// Gaps held past their hold time while a link was behind them.
+    pub reorder_waited_for_links: u64,
     /// Packets taken for reinjection because a link's reinjection timer expired.
     pub reinjected_timer: u64,
     /// Packets taken for reinjection because a link went down.
@@ -288,6 +290,7 @@ impl Report {
                 reorder_held: cs.reorder.held + ss.reorder.held,
                 reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
                 late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,
+                reorder_waited_for_links: cs.reorder.waited_for_links + ss.reorder.waited_for_links,
                 reinjected_timer: cs.reinjected_timer + ss.reinjected_timer,
                 reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
                 reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
