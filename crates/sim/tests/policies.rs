@@ -206,8 +206,10 @@ fn overflow_yields_the_primary_to_tcp_cross_traffic_and_takes_it_back() {
 
 /// One TCP upload over three unequal links, the third a cellular trace (aggregate-3.toml:
 /// 10 Mb/s and 5 Mb/s fixed, the Verizon LTE uplink), and the same with the TMobile LTE
-/// trace it was not written for: at least 80 % of the links' sum (issue 5 asks 90 %;
-/// measured 84 % and 83 %). Two things kept it at 70 % and 72 %: the aggregate policy
+/// trace it was not written for: at least 85 % of the links' sum, and no gap of the
+/// download given up (issue 5 asks 90 %; measured 87 % and 88 %). Three things kept it at
+/// 70 % and 72 %: gaps given up while the LTE link, in a slow second, still carried their
+/// packet (84 % and 83 %, with 4 and 10 gaps given up); the aggregate policy
 /// judged the idle trace link by an interface rate measured from keepalives that waited
 /// for its next delivery opportunity (0.03 Mb/s), so it carried nothing for the first
 /// 10 s; and every pause of the trace expired its reinjection timer and moved its window
@@ -221,8 +223,9 @@ fn aggregate_gets_most_of_three_links_one_a_cellular_trace() {
         let r = run(&with(&s, &[up.as_str(), down.as_str()]), Mode::Late).unwrap();
         let sum = 15.0 + trace_capacity(&format!("{trace}.up"), 30.0) * 8e-6;
         let g = flow(&r, "bulk").goodput_mbps;
-        assert!(g >= 0.8 * sum, "{trace}: {g} Mbit/s of {sum:.2}");
+        assert!(g >= 0.85 * sum, "{trace}: {g} Mbit/s of {sum:.2}");
         let e = r.engine.as_ref().expect("engine counters");
         assert!(e.duplicate_data < 1000, "{trace}: {e:?}");
+        assert_eq!(e.reorder_gaps_skipped, 0, "{trace}: {e:?}");
     }
 }
