@@ -1211,22 +1211,33 @@ mod tests {
         drain(r)
     }
 
+    /// A reorder stage with the longest hold `max`, and flow 1's packets 0 (at 0 ms, over
+    /// link 0) and 1 (at 1 ms, over link 1) delivered. Packet `s` of flow 1 has global
+    /// sequence `2 s`, so another flow's packets can be bound between two of its own.
+    fn flow1_on_two_links(max: Duration) -> Reorder {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = max;
+        r.insert_copy(t(0), HOLD, FlowId(1), 0, 0, 0, vec![0]);
+        r.insert_copy(t(1), HOLD, FlowId(1), 1, 2, 1, vec![1]);
+        assert_eq!(drain(&mut r), vec![0, 1]);
+        r
+    }
+
+    /// Flow 1's packet `s` at `ms` over `link`.
+    fn flow1(r: &mut Reorder, ms: u64, link: usize, s: u64) {
+        r.insert_copy(t(ms), HOLD, FlowId(1), link, 2 * s, s, vec![s as u8]);
+    }
+
     #[test]
     fn a_gap_waits_past_its_hold_while_a_link_is_behind_it() {
-        // Packets 0..6 of one flow, global sequence = flow sequence; 2 goes on a slow
-        // link (1), the others on a fast one (0). The slow link has delivered 1 already.
-        let mut r = Reorder::new(100, 0);
-        r.max_extra = ms(500);
-        let f = FlowId(1);
-        r.insert_copy(t(0), HOLD, f, 0, 0, 0, vec![0]);
-        r.insert_copy(t(1), HOLD, f, 1, 1, 1, vec![1]);
+        // 2 goes on the slow link (1), 3..6 on the fast one (0).
+        let mut r = flow1_on_two_links(ms(500));
         for s in 3..6 {
-            r.insert_copy(t(s), HOLD, f, 0, s, s, vec![s as u8]);
+            flow1(&mut r, s, 0, s);
         }
-        assert_eq!(drain(&mut r), vec![0, 1]);
-        // Link 1 keeps delivering (another flow's packets bound before 2) past the hold
-        // time of 3: the gap waits.
-        r.insert_copy(t(40), HOLD, FlowId(2), 1, 2, 0, vec![9]);
+        // Link 1 keeps delivering, another flow's packet bound between 1 and 2, past the
+        // hold time of 3: the gap waits.
+        r.insert_copy(t(40), HOLD, FlowId(2), 1, 3, 0, vec![9]);
         assert_eq!(drain(&mut r), vec![9]);
         assert_eq!(
             at(&mut r, t(80)),
@@ -1234,22 +1245,17 @@ mod tests {
             "held past 3's hold time (53 ms)"
         );
         assert_eq!(r.stats.waited_for_links, 1);
-        r.insert_copy(t(90), HOLD, f, 1, 2, 2, vec![2]);
+        flow1(&mut r, 90, 1, 2);
         assert_eq!(drain(&mut r), vec![2, 3, 4, 5]);
         assert_eq!(r.stats.gaps_skipped, 0);
     }
 
     #[test]
     fn a_gap_every_link_has_passed_is_given_up_at_its_hold_time() {
-        let mut r = Reorder::new(100, 0);
-        r.max_extra = ms(500);
-        let f = FlowId(1);
-        r.insert_copy(t(0), HOLD, f, 0, 0, 0, vec![0]);
-        r.insert_copy(t(1), HOLD, f, 1, 1, 1, vec![1]);
         // 2 is lost; the slow link then delivers 4, bound after it.
-        r.insert_copy(t(3), HOLD, f, 0, 3, 3, vec![3]);
-        r.insert_copy(t(20), HOLD, f, 1, 4, 4, vec![4]);
-        assert_eq!(drain(&mut r), vec![0, 1]);
+        let mut r = flow1_on_two_links(ms(500));
+        flow1(&mut r, 3, 0, 3);
+        flow1(&mut r, 20, 1, 4);
         assert_eq!(at(&mut r, t(52)), Vec::<u8>::new());
         assert_eq!(at(&mut r, t(53)), vec![3, 4], "at 3's hold time");
         assert_eq!(r.stats.gaps_skipped, 1);
@@ -1258,16 +1264,11 @@ mod tests {
 
     #[test]
     fn a_gap_waits_for_a_link_that_went_silent_no_longer_than_the_longest_hold() {
-        let mut r = Reorder::new(100, 0);
-        r.max_extra = ms(200);
-        let f = FlowId(1);
-        r.insert_copy(t(0), HOLD, f, 0, 0, 0, vec![0]);
-        r.insert_copy(t(1), HOLD, f, 1, 1, 1, vec![1]);
         // 2 went on link 1, which dies; link 0 goes on.
+        let mut r = flow1_on_two_links(ms(200));
         for s in 3..20 {
-            r.insert_copy(t(s * 10), HOLD, f, 0, s, s, vec![s as u8]);
+            flow1(&mut r, s * 10, 0, s);
         }
-        assert_eq!(drain(&mut r), vec![0, 1]);
         assert_eq!(at(&mut r, t(229)), Vec::<u8>::new());
         let out = at(&mut r, t(230));
         assert_eq!(out.first(), Some(&3), "given up 200 ms after 3 came");
