@@ -1195,10 +1195,12 @@ impl Endpoint {
             // for a round trip, and a copy there is the one that survives if the usable
             // link dies meanwhile. Then the copy goes on the same link again, so that
             // one loss there does not lose the packet.
-            extra = views.iter().any(|v| v.state == LinkState::Suspect);
+            // (Not a backup link: those carry nothing while another link is up.)
+            let spare = |v: &LinkView| v.state == LinkState::Suspect && !v.backup;
+            extra = views.iter().any(spare);
             if extra {
                 for v in views.iter_mut() {
-                    v.state = if v.state == LinkState::Suspect {
+                    v.state = if spare(v) {
                         LinkState::Up
                     } else {
                         LinkState::Down

@@ -329,10 +329,12 @@ impl Playout {
                 let n = l.n + l.n_prev;
                 l.first == link && n >= LAG_MIN_SAMPLES && n > samples(l.second, l.first)
             })
-            .filter_map(|l| {
+            .map(|l| {
+                // A window counts once it has its samples (the first window's `prev` is
+                // a placeholder, with none).
                 let prev = (l.n_prev >= LAG_MIN_SAMPLES).then_some(l.prev);
                 let cur = (l.n >= LAG_MIN_SAMPLES).then_some(l.cur);
-                prev.max(cur).or(Some(l.cur.min(l.prev)))
+                prev.max(cur).unwrap_or(l.cur)
             })
             .max()
             .unwrap_or_default()
