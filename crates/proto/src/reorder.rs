@@ -609,19 +609,14 @@ impl Reorder {
         data: Vec<u8>,
     ) {
         self.note_rx(now, link, gseq);
-        if self.align {
-            let f = Self::flow(&mut self.flows, now, flow);
-            f.play
-                .get_or_insert_with(|| Box::new(Playout::new(now)))
-                .first_copy(now, gseq, link);
-        }
         self.insert_via(now, hold, flow, Some(link), Some(gseq), seq, data);
     }
 
     /// Accepts a packet that passed duplicate suppression, which came over link `link`
-    /// (noted as [`Self::note_link`] does, in the same lookup).
+    /// (noted as [`Self::note_link`] does, in the same lookup), global sequence `gseq`
+    /// (with alignment on, remembered as a first copy).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn insert_via(
+    fn insert_via(
         &mut self,
         now: Instant,
         hold: Duration,
@@ -635,6 +630,13 @@ impl Reorder {
         let f = Self::flow(&mut self.flows, now, flow);
         if let Some(l) = link {
             Self::note(f, now, l);
+        }
+        if self.align
+            && let (Some(l), Some(g)) = (link, gseq)
+        {
+            f.play
+                .get_or_insert_with(|| Box::new(Playout::new(now)))
+                .first_copy(now, g, l);
         }
         let align = match (f.play.as_mut(), link) {
             (Some(p), Some(l)) => p.hold(now, l, self.max_align),
