@@ -157,10 +157,14 @@ fn emulated_delay_20ms_arrives_within_1ms() {
         return;
     }
     let _g = common::serial();
-    // 200-byte packets every 2 ms for 2 s: 1000 packets.
-    let o = run_link("delay", fast(20), 200, 2000, 0.0, 2.0);
-    assert_eq!(o.send.sent, 1000);
-    assert_eq!(o.recv.delivered, 1000, "no loss configured");
+    // 200-byte packets every 1 ms for 8 s: 8000 packets. The p99 bound lets 80 of them
+    // be late. The virtual machine stalls even a real-time thread now and then (on an
+    // idle machine here, 10-15 sleeps of 1 ms in 30 s overshot by 2-9 ms; the CI run that
+    // failed the 1000-packet version had one stall of 13 ms): over 8 s those few stalls
+    // stay well under 1 % of the packets, while an emulator late by itself still fails.
+    let o = run_link("delay", fast(20), 200, 1000, 0.0, 8.0);
+    assert_eq!(o.send.sent, 8000);
+    assert_eq!(o.recv.delivered, 8000, "no loss configured");
     assert_eq!(o.recv.latency_clock, "kernel");
     let l = o.recv.latency_ms;
     assert!(
@@ -173,7 +177,7 @@ fn emulated_delay_20ms_arrives_within_1ms() {
         l.p99
     );
     let up = &o.emu.links[0].up;
-    assert_eq!(up.delivered, 1000);
+    assert_eq!(up.delivered, 8000);
     assert!(o.emu.lateness_us.p99 < 1000.0, "{:?}", o.emu.lateness_us);
 }
 
