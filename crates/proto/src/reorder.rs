@@ -341,6 +341,16 @@ impl Playout {
     }
 }
 
+impl RxFlow {
+    /// Whether at least half of the flow's packets lately came twice or more (its sender
+    /// sends copies on several links).
+    fn arrives_as_copies(&self) -> bool {
+        let firsts = self.firsts[0].saturating_add(self.firsts[1]);
+        let copies = self.copies[0].saturating_add(self.copies[1]);
+        firsts >= 4 && copies.saturating_mul(2) >= firsts
+    }
+}
+
 #[derive(Debug)]
 struct RxFlow {
     next: u64,
@@ -355,6 +365,10 @@ struct RxFlow {
     links: u64,
     links_prev: u64,
     links_since: Instant,
+    /// First copies and second (third, ...) copies of the flow's packets that came since
+    /// `links_since`, and in the [`LINK_MEMORY`] before it.
+    firsts: [u32; 2],
+    copies: [u32; 2],
     /// The hold given to the flow's latest out-of-order packet.
     hold: Option<Duration>,
     /// The flow's 5-tuple, from its first packet that parses.
@@ -514,6 +528,8 @@ impl Reorder {
             links: 0,
             links_prev: 0,
             links_since: now,
+            firsts: [0; 2],
+            copies: [0; 2],
             hold: None,
             key: None,
             counts: FlowCounts::default(),
@@ -528,6 +544,7 @@ impl Reorder {
         self.note_rx(now, link, gseq);
         let f = Self::flow(&mut self.flows, now, flow);
         Self::note(f, now, link);
+        f.copies[0] = f.copies[0].saturating_add(1);
         if let Some(p) = f.play.as_mut() {
             p.second_copy(now, gseq, link);
         }
@@ -542,8 +559,11 @@ impl Reorder {
     fn note(f: &mut RxFlow, now: Instant, link: usize) {
         let since = now - f.links_since;
         if since >= LINK_MEMORY {
-            f.links_prev = if since >= LINK_MEMORY * 2 { 0 } else { f.links };
+            let keep = since < LINK_MEMORY * 2;
+            f.links_prev = if keep { f.links } else { 0 };
             f.links = 0;
+            f.firsts = [0, if keep { f.firsts[0] } else { 0 }];
+            f.copies = [0, if keep { f.copies[0] } else { 0 }];
             f.links_since = now;
         }
         f.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
@@ -630,6 +650,7 @@ impl Reorder {
         let f = Self::flow(&mut self.flows, now, flow);
         if let Some(l) = link {
             Self::note(f, now, l);
+            f.firsts[0] = f.firsts[0].saturating_add(1);
         }
         if self.align
             && let (Some(l), Some(g)) = (link, gseq)
@@ -813,8 +834,12 @@ impl Reorder {
             f.due = None;
             // The first gap's packet may still be on a link that is behind it: its hold
             // time waits until that link passes the gap (`note_rx`), at most the
-            // longest hold from the first packet held.
-            let first = f.held.values().next();
+            // longest hold from the first packet held. Not in a flow that arrives as
+            // copies (a redundant flow): its copies on the other links were its
+            // protection, and a packet later than its hold is too late for what such a
+            // flow carries; a link that died with a copy on it would otherwise stall the
+            // flow for the longest hold.
+            let first = f.held.values().next().filter(|_| !f.arrives_as_copies());
             let until = first.and_then(|h| {
                 let g = h.gseq?;
                 let until = h.arrived + self.max_extra;
@@ -1277,6 +1302,27 @@ mod tests {
         let out = at(&mut r, t(230));
         assert_eq!(out.first(), Some(&3), "given up 200 ms after 3 came");
         assert_eq!(r.stats.gaps_skipped, 1);
+    }
+
+    #[test]
+    fn a_flow_of_copies_does_not_wait_for_a_link_that_died_behind_its_gap() {
+        // Every packet of flow 1 comes first over link 0, then its copy over link 1,
+        // 15 ms later, every 20 ms. Link 0 dies after packet 9; both copies of 10 are
+        // lost; 11 comes over link 1 alone. Link 0 delivered lately and has not passed
+        // 11, but the flow's copies were its protection: the gap is given up at 11's
+        // hold time, not after the longest hold.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        for s in 0..10 {
+            r.insert_copy(t(20 * s), HOLD, FlowId(1), 0, s, s, vec![s as u8]);
+            r.note_copy(t(20 * s + 15), FlowId(1), s, 1);
+        }
+        assert_eq!(drain(&mut r).len(), 10);
+        r.insert_copy(t(235), HOLD, FlowId(1), 1, 11, 11, vec![11]);
+        assert_eq!(at(&mut r, t(284)), Vec::<u8>::new());
+        assert_eq!(at(&mut r, t(285)), vec![11], "given up at 11's hold time");
+        assert_eq!(r.stats.gaps_skipped, 1);
+        assert_eq!(r.stats.waited_for_links, 0);
     }
 
     proptest! {
