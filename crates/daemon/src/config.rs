@@ -99,7 +99,8 @@ pub struct ClientSection {
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
-    /// Links a redundant flow's packet goes on (0: every link). Default 2.
+    /// Copies of a redundant flow's packet, each on another link (0: one on every link);
+    /// more than there are links: the rest on the best links again. Default 2.
     pub redundant_links: Option<usize>,
     /// Playout alignment of the redundant flows this side receives: each first copy
     /// waits for as long as its copies on the other links have lately come later, so
@@ -178,7 +179,7 @@ pub struct Policies {
     pub rules: Vec<PolicyRule>,
     /// Overflow parameters.
     pub overflow: OverflowParams,
-    /// Links a redundant flow's packet goes on.
+    /// Copies of a redundant flow's packet.
     pub redundant_links: usize,
     /// Playout alignment of received redundant flows.
     pub redundant_align: bool,
@@ -249,7 +250,8 @@ pub struct ServerSection {
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
-    /// Links a redundant flow's packet goes on (0: every link). Default 2.
+    /// Copies of a redundant flow's packet, each on another link (0: one on every link);
+    /// more than there are links: the rest on the best links again. Default 2.
     pub redundant_links: Option<usize>,
     /// Playout alignment of the redundant flows this side receives: each first copy
     /// waits for as long as its copies on the other links have lately come later, so

@@ -106,8 +106,10 @@ pub struct Config {
     pub rules: Vec<PolicyRule>,
     /// Parameters of the overflow policy (`t_report` is `loss_report_interval`).
     pub overflow: OverflowParams,
-    /// Links a packet of a redundant flow goes on, the original included: 2 (the two best
-    /// links, the default) or more; 0 means every usable link.
+    /// Copies of a redundant flow's packet, the original included, each on another link:
+    /// 2 (the two best links, the default) or more; 0 means one on every usable link.
+    /// More than there are usable links: the rest go on the best links again, right
+    /// after (a second copy on one link covers its random loss, not its death).
     pub redundant_links: usize,
     /// Playout alignment of redundant flows, on the receiving side: a flow whose packets
     /// arrive as copies over several links is delivered at the pace of its slower copies

@@ -128,6 +128,28 @@ fn aligned_redundant_voip_has_no_gap_over_a_quarter_of_its_spacing() {
     assert!(v.max_gap_ms <= 25.0 * (v.lost + 1) as f64 + 0.5, "{v:?}");
 }
 
+/// Two copies over two links lose a packet to two random losses about once in 10,000
+/// (1 % each): its gap is then twice the spacing, or a reinjection's round trip (with two
+/// copies, seeds 3, 4 and 6 below have gaps of 30-60 ms). A third copy goes on the best
+/// link again, and the gap bound holds through the random loss and the cut. A packet
+/// whose copies died with the cut link while the other link lost its copy is still lost:
+/// 2 cuts of 100 (seeds 1-100, `docs/RESULTS.md` 8.2).
+#[test]
+fn three_copies_over_two_links_leave_no_gap_to_double_losses() {
+    let s = with(
+        &scenario("redundant.toml"),
+        &["late.redundant_align=true", "late.redundant_links=3"],
+    );
+    for seed in 1..=8 {
+        let r = run(&with(&s, &[&format!("scenario.seed={seed}")]), Mode::Late).unwrap();
+        let v = flow(&r, "voip");
+        assert_eq!(v.lost, 0, "seed {seed}: {v:?}");
+        assert!(v.max_gap_ms <= 25.5, "seed {seed}: {v:?}");
+        let e = r.engine.as_ref().expect("engine counters");
+        assert_eq!(e.reorder_gaps_skipped, 0, "seed {seed}");
+    }
+}
+
 /// The bonding slides' overflow over links whose bottlenecks the sender cannot see (the
 /// downlinks): rate control keeps the primary's queue short, so the primary never loses
 /// anything itself; its overflow shows as the overflow flows' packets that waited too
