@@ -341,16 +341,6 @@ impl Playout {
     }
 }
 
-impl RxFlow {
-    /// Whether at least half of the flow's packets lately came twice or more (its sender
-    /// sends copies on several links).
-    fn arrives_as_copies(&self) -> bool {
-        let firsts = self.firsts[0].saturating_add(self.firsts[1]);
-        let copies = self.copies[0].saturating_add(self.copies[1]);
-        firsts >= 4 && copies.saturating_mul(2) >= firsts
-    }
-}
-
 #[derive(Debug)]
 struct RxFlow {
     next: u64,
@@ -375,6 +365,16 @@ struct RxFlow {
     key: Option<FlowKey>,
     counts: FlowCounts,
     play: Option<Box<Playout>>,
+}
+
+impl RxFlow {
+    /// Whether the flow's packets lately came as copies (its sender sends each on several
+    /// links): at least one copy for every two packets of the last one to two seconds.
+    fn arrives_as_copies(&self) -> bool {
+        let firsts = self.firsts[0].saturating_add(self.firsts[1]);
+        let copies = self.copies[0].saturating_add(self.copies[1]);
+        firsts >= 4 && copies.saturating_mul(2) >= firsts
+    }
 }
 
 /// Per-flow counters of the receive path (see [`ReorderStats`] for their meaning).
