@@ -148,9 +148,6 @@ const PLAYOUT_FIRSTS: usize = 32;
 /// samples, as while one of the links is down, the last ones stay in force).
 const LAG_WINDOW: Duration = Duration::from_secs(2);
 
-/// Window over which a flow's copies are counted to tell whether it is redundant.
-const COPY_WINDOW: Duration = Duration::from_secs(1);
-
 /// How much later the copies on link `second` come than their first copies on link
 /// `first`: the least lag of each [`LAG_WINDOW`] of samples, and how many samples each
 /// window had. The least, because a copy can also leave late (it waited for its link's
@@ -181,15 +178,12 @@ struct Playout {
     /// The latest first copies: global sequence, arrival, link.
     firsts: VecDeque<(u64, Instant, usize)>,
     lags: Vec<Lag>,
-    /// Whether the flow arrives as copies. Turned on when half of a window's packets
-    /// had a second copy; off only after two windows of packets over two links had none
-    /// (the sender stopped copying), not while one link is down, nor when it comes back.
+    /// Whether the flow is aligned: on once it arrives as copies
+    /// ([`RxFlow::arrives_as_copies`]); off only after two of the flow's windows of
+    /// packets over two links had no copy (the sender stopped copying), not while one
+    /// link is down, nor when it comes back.
     on: bool,
     quiet: u8,
-    received: u32,
-    pairs: u32,
-    links: u64,
-    since: Instant,
     /// Packets the reorder stage released, waiting for their playout time, in order.
     queue: VecDeque<(Instant, Vec<u8>)>,
     /// The hold given to the latest first copy on each link, and when the flow's latest
@@ -207,10 +201,6 @@ impl Playout {
             lags: Vec::new(),
             on: false,
             quiet: 0,
-            received: 0,
-            pairs: 0,
-            links: 0,
-            since: now,
             queue: VecDeque::new(),
             given: Vec::new(),
             last_first: now,
@@ -218,12 +208,10 @@ impl Playout {
         }
     }
 
-    /// Counts the window that ended, if one did, and starts the next.
-    fn roll(&mut self, now: Instant) {
-        if now - self.since < COPY_WINDOW {
-            return;
-        }
-        if self.received >= 8 && self.pairs == 0 && self.links.count_ones() >= 2 {
+    /// One of the flow's windows ended with `firsts` first copies and `copies` other
+    /// copies over the `links` (a bit per link).
+    fn window_ended(&mut self, firsts: u32, copies: u32, links: u64) {
+        if firsts >= 8 && copies == 0 && links.count_ones() >= 2 {
             self.quiet += 1;
             if self.quiet >= 2 {
                 self.on = false;
@@ -231,33 +219,22 @@ impl Playout {
         } else {
             self.quiet = 0;
         }
-        self.received = 0;
-        self.pairs = 0;
-        self.links = 0;
-        self.since = now;
     }
 
     fn first_copy(&mut self, now: Instant, gseq: u64, link: usize) {
-        self.roll(now);
-        self.received += 1;
-        self.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
         if self.firsts.len() == PLAYOUT_FIRSTS {
             self.firsts.pop_front();
         }
         self.firsts.push_back((gseq, now, link));
     }
 
-    /// A second copy of `gseq` came over `link`.
-    fn second_copy(&mut self, now: Instant, gseq: u64, link: usize) {
-        self.roll(now);
-        self.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
+    /// A second copy of `gseq` came over `link`; `copies`: whether the flow arrives as
+    /// copies.
+    fn second_copy(&mut self, now: Instant, gseq: u64, link: usize, copies: bool) {
+        self.on |= copies;
         let Some(&(_, at, first)) = self.firsts.iter().find(|(g, ..)| *g == gseq) else {
             return;
         };
-        self.pairs += 1;
-        if !self.on && self.received >= 4 && self.pairs * 2 >= self.received {
-            self.on = true;
-        }
         if first == link {
             // Both copies on one link (the only one up): no lag between links.
             return;
@@ -545,8 +522,9 @@ impl Reorder {
         let f = Self::flow(&mut self.flows, now, flow);
         Self::note(f, now, link);
         f.copies[0] = f.copies[0].saturating_add(1);
+        let copies = f.arrives_as_copies();
         if let Some(p) = f.play.as_mut() {
-            p.second_copy(now, gseq, link);
+            p.second_copy(now, gseq, link, copies);
         }
     }
 
@@ -561,6 +539,9 @@ impl Reorder {
         if since >= LINK_MEMORY {
             let keep = since < LINK_MEMORY * 2;
             f.links_prev = if keep { f.links } else { 0 };
+            if let Some(p) = f.play.as_mut() {
+                p.window_ended(f.firsts[0], f.copies[0], f.links);
+            }
             f.links = 0;
             f.firsts = [0, if keep { f.firsts[0] } else { 0 }];
             f.copies = [0, if keep { f.copies[0] } else { 0 }];
@@ -1255,6 +1236,43 @@ mod tests {
     /// Flow 1's packet `s` at `ms` over `link`.
     fn flow1(r: &mut Reorder, ms: u64, link: usize, s: u64) {
         r.insert_copy(t(ms), HOLD, FlowId(1), link, 2 * s, s, vec![s as u8]);
+    }
+
+    #[test]
+    fn alignment_stops_when_the_sender_stops_copying() {
+        // Copies over both links for 2 s, then each packet over one link only, the two
+        // links in turn: after two windows of packets over two links without a copy the
+        // flow is no longer held for the slower link.
+        let copies = (0..300u64)
+            .flat_map(|seq| {
+                let links: &[(usize, u64)] = if seq < 100 {
+                    &[(0, 10), (1, 25)]
+                } else if seq % 2 == 0 {
+                    &[(0, 10)]
+                } else {
+                    &[(1, 25)]
+                };
+                links.iter().map(move |&(link, delay)| Copy {
+                    at: t(seq * 20 + delay),
+                    link,
+                    seq,
+                })
+            })
+            .collect();
+        let aligned = play(true, copies);
+        let latency = |seq: u64| {
+            let at = aligned.iter().find(|(s, _)| *s == seq).unwrap().1;
+            at - t(seq * 20)
+        };
+        assert_eq!(latency(98), ms(25), "aligned while copied");
+        assert_eq!(
+            latency(102),
+            ms(25),
+            "a window without copies is not enough"
+        );
+        for seq in [250, 298] {
+            assert_eq!(latency(seq), ms(10), "packet {seq}");
+        }
     }
 
     #[test]
