@@ -467,16 +467,16 @@ impl Status {
                     "flow received", "links", "hold ms", "align ms", "recv", "held", "gaps", "late"
                 );
             }
+            let ms_or_dash =
+                |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |h| format!("{h:.1}"));
             for f in &ses.flows_received {
                 let _ = writeln!(
                     s,
                     "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}",
                     f.flow,
                     f.links.join(","),
-                    f.hold_ms
-                        .map_or_else(|| "-".to_owned(), |h| format!("{h:.1}")),
-                    f.align_ms
-                        .map_or_else(|| "-".to_owned(), |h| format!("{h:.1}")),
+                    ms_or_dash(f.hold_ms),
+                    ms_or_dash(f.align_ms),
                     f.received,
                     f.held,
                     f.gaps_skipped,

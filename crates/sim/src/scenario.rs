@@ -192,7 +192,8 @@ pub struct LateKnobs {
     /// Parameters of the overflow policy (`[late.overflow]`).
     #[serde(default)]
     pub overflow: OverflowToml,
-    /// Links a redundant flow's packet goes on (0: all). Default 2.
+    /// Copies of a redundant flow's packet, each on another link (0: one on every link;
+    /// more than there are links: the rest on the best links again). Default 2.
     #[serde(default = "two")]
     pub redundant_links: usize,
     /// Playout alignment of redundant flows at the receiver (each first copy waits for
