@@ -1118,6 +1118,7 @@ fn run_mode(
                 dropped_queue_full: up_fifo_full + e.down.dropped_queue_full,
                 dropped_outage: e.up.dropped_outage - remote_up + e.down.dropped_outage,
                 max_queue_below_binding: max_below,
+                bytes_delivered: [e.up.bytes_delivered, e.down.bytes_delivered],
                 reinjected_from: reinjected,
                 data_sent,
                 // Sampled in the simulator only; the daemons show these live in

@@ -79,6 +79,12 @@ pub struct LinkReport {
     /// is the rest of the run, drain included).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub data_sent_per_s: Vec<u64>,
+    /// Bytes the link delivered, client -> server and server -> client: the tunnel's
+    /// datagrams and the IP packets of flows outside the tunnel. The simulator counts a
+    /// tunnel datagram as its UDP payload (it models no outer IP and UDP headers); the
+    /// lab counts what its emulator forwarded, by IP length. Against the link's rate (or
+    /// a trace's mean) this is how much of it was used.
+    pub bytes_delivered: [u64; 2],
     /// Rate control of the uplink (the client's engine) and the downlink (the server's),
     /// sampled every 10 ms while the link was up (mode late; absent when off).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -253,6 +259,7 @@ impl Report {
                     dropped_queue_full: t.dropped_queue_full,
                     dropped_outage: t.dropped_outage,
                     max_queue_below_binding: t.max_queue_below_binding,
+                    bytes_delivered: t.bytes_delivered,
                     reinjected_from: engine_sum(&|e| {
                         e.link_stats(latebind_proto::LinkId(i as u16))
                             .map_or(0, |s| s.reinjected)

@@ -104,6 +104,10 @@ pub struct LinkTally {
     /// Inner packets bound to the link so far (both engines, mode late), taken at the
     /// end of every whole second of the run.
     pub data_sent_by_s: Vec<u64>,
+    /// Bytes the link delivered to the far end, client -> server and server -> client:
+    /// the tunnel's datagrams (UDP payload: its header, frames and tag) and the IP
+    /// packets of flows outside the tunnel.
+    pub bytes_delivered: [u64; 2],
 }
 
 /// Rate control of one link at one end, sampled over the run.
@@ -694,6 +698,7 @@ impl World {
                 payload,
                 ..
             } => {
+                self.links[i].tally.bytes_delivered[usize::from(!uplink)] += payload.len() as u64;
                 if uplink && self.links[i].doomed.front() == Some(&packet) {
                     let l = &mut self.links[i];
                     l.doomed.pop_front();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{flow, scenario, trace_capacity, with};
+use common::{flow, link, scenario, trace_capacity, with};
 
 use latebind_sim::{Mode, run};
 
@@ -249,5 +249,14 @@ fn aggregate_gets_most_of_three_links_one_a_cellular_trace() {
         let e = r.engine.as_ref().expect("engine counters");
         assert!(e.duplicate_data < 1000, "{trace}: {e:?}");
         assert_eq!(e.reorder_gaps_skipped, 0, "{trace}: {e:?}");
+        // The fixed links are kept full (what each delivered towards the server, against
+        // its rate over the 30 s); the rest of the target is the trace link's share.
+        for (name, mbps) in [("a", 10.0), ("b", 5.0)] {
+            let used = link(&r, name).bytes_delivered[0] as f64 * 8e-6 / 30.0 / mbps;
+            assert!(
+                (0.95..=1.0).contains(&used),
+                "{trace}: link {name} used {used:.3}"
+            );
+        }
     }
 }
