@@ -15,6 +15,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use latebind_sim::{Mode, Report, Scenario, compare_table};
 
+use latebind_lab::{out, outln};
+
 /// A late-binding multipath tunnel.
 #[derive(Debug, Parser)]
 #[command(name = "latebind", version, about)]
@@ -146,18 +148,18 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status { socket, json } => {
             let text = latebind_daemon::control::query(&socket)?;
             if json {
-                println!("{text}");
+                outln!("{text}");
             } else {
                 let status: latebind_daemon::status::Status =
                     serde_json::from_str(&text).context("the daemon's answer is not a status")?;
-                print!("{}", status.table());
+                out!("{}", status.table());
             }
             Ok(())
         }
         Command::Genkey => {
             let mut b = [0u8; 32];
             getrandom::fill(&mut b).context("reading OS randomness")?;
-            println!(
+            outln!(
                 "{}",
                 latebind_crypto::StaticSecret::from_random_bytes(b).to_base64()
             );
@@ -170,7 +172,7 @@ fn run(cli: Cli) -> Result<()> {
                 .trim()
                 .parse()
                 .map_err(|e| anyhow::anyhow!("standard input: {e}"))?;
-            println!("{}", key.public_key());
+            outln!("{}", key.public_key());
             Ok(())
         }
     }
@@ -234,11 +236,11 @@ fn print(reports: &[Report], json: bool, compare: bool) -> Result<()> {
         } else {
             serde_json::to_string_pretty(&reports[0])?
         };
-        println!("{text}");
+        outln!("{text}");
     } else if compare {
-        print!("{}", compare_table(reports));
+        out!("{}", compare_table(reports));
     } else {
-        print!("{}", reports[0].table());
+        out!("{}", reports[0].table());
     }
     Ok(())
 }

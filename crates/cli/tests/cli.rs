@@ -159,3 +159,26 @@ fn cuts_are_in_the_json_the_table_and_the_comparison() {
     }
     assert!(!text.contains("6.000 s, bulk: lost"), "{text}");
 }
+
+/// A reader that stops early (`latebind sim ... | head`) ends the output quietly: no
+/// panic, and the exit status of a run that went well.
+#[test]
+fn output_to_a_reader_that_went_away_is_no_panic() {
+    for args in [
+        &["sim", "scenarios/handoff.toml", "--compare", "--json"][..],
+        &["sim", "scenarios/handoff.toml", "--compare"],
+    ] {
+        let mut child = latebind()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The read end closes long before the run has anything to print.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

@@ -25,6 +25,34 @@ use crate::emu::EmulateArgs;
 use crate::run::{LabMode, LabOptions, run_with};
 use crate::traffic::TrafficCmd;
 
+/// `print!` that ends the output quietly when the reader has gone ([`emit`]); for
+/// functions that return `anyhow::Result`.
+#[macro_export]
+macro_rules! out {
+    ($($t:tt)*) => { $crate::cli::emit(&format!($($t)*))? };
+}
+
+/// `println!` that ends the output quietly when the reader has gone ([`emit`]).
+#[macro_export]
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::cli::emit(&format!("{}\n", format_args!($($t)*)))? };
+}
+
+/// Writes `text` to standard output. A reader that has gone away (`latebind sim ... |
+/// head`) ends the output quietly instead of a panic: the run is over, and nobody reads
+/// the rest.
+pub fn emit(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing to standard output"),
+    }
+}
+
 /// `lab`: run a scenario on real kernels.
 #[derive(Clone, Debug, clap::Args)]
 pub struct LabArgs {
@@ -192,17 +220,21 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
             });
         }
         if !side_by_side && !args.json {
-            print!("{}", report.table());
-            println!(
+            out!("{}", report.table());
+            outln!(
                 "emulator lateness us: p50 {} p99 {} max {}",
                 out.emulator.lateness_us.p50,
                 out.emulator.lateness_us.p99,
                 out.emulator.lateness_us.max
             );
             for e in &out.edges {
-                println!(
+                outln!(
                     "link {} {} at {:.3} s ({:.0} us late), qdisc backlog {}",
-                    e.link, e.what, e.scheduled_s, e.late_us, e.qdisc_backlog
+                    e.link,
+                    e.what,
+                    e.scheduled_s,
+                    e.late_us,
+                    e.qdisc_backlog
                 );
             }
         }
@@ -224,9 +256,9 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
         } else {
             serde_json::to_string_pretty(&reports[0])?
         };
-        println!("{text}");
+        outln!("{text}");
     } else if side_by_side {
-        print!("{}", compare_table(&reports));
+        out!("{}", compare_table(&reports));
     }
     Ok(())
 }
@@ -342,9 +374,9 @@ pub fn dispatch_bench(args: &DispatchBenchArgs) -> Result<()> {
     bench::validate(&opts)?;
     let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", bench::table(&report));
+        out!("{}", bench::table(&report));
     }
     Ok(())
 }
@@ -466,9 +498,9 @@ pub fn probe(args: &ProbeArgs, exe: &Path) -> Result<()> {
             },
         )?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
+            outln!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
-            print!("{}", p::eval_table(&rows));
+            out!("{}", p::eval_table(&rows));
         }
         return Ok(());
     }
@@ -484,9 +516,9 @@ pub fn probe(args: &ProbeArgs, exe: &Path) -> Result<()> {
     });
     let report = p::probe(bind, peer, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.table());
+        out!("{}", report.table());
     }
     Ok(())
 }
@@ -573,9 +605,9 @@ pub fn replay(args: &ReplayArgs) -> Result<()> {
     if args.eval {
         let rows = r::evaluate(&packets, &dispatch, args.phi_us)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
+            outln!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
-            print!("{}", r::eval_table(&packets, &rows));
+            out!("{}", r::eval_table(&packets, &rows));
         }
         return Ok(());
     }
@@ -587,7 +619,7 @@ pub fn replay(args: &ReplayArgs) -> Result<()> {
         .unwrap_or_else(|| "0.0.0.0:0".parse().expect("literal address"));
     let stats = r::replay(&packets, bind, peer, args.sender, &dispatch, args.phi_us)?;
     let (mean, p50, p99, max) = crate::dispatch_bench::summary_us(&stats.lateness_ns);
-    println!(
+    outln!(
         "{} datagrams sent ({} errors); lateness of the send calls (the sender's own view) mean {mean:.2} / p50 {p50:.2} / p99 {p99:.2} / max {max:.2} µs; CPU {:.0} %",
         stats.sent,
         stats.send_errors,
