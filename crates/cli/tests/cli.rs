@@ -111,11 +111,19 @@ fn missing_scenario_file_names_the_path() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8(out.stderr)
-            .unwrap()
-            .contains("scenarios/nope.toml")
-    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("scenarios/nope.toml"), "{err}");
+    // The reason once, not repeated by the error's chain.
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    // Likewise a daemon's configuration file.
+    let out = latebind()
+        .args(["client", "--config", "nope.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("nope.toml"), "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
 }
 
 #[test]

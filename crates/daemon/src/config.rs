@@ -17,12 +17,12 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not TOML, or not of the expected shape (the message names the key).
     #[error("{path}: {message}")]
@@ -359,9 +359,9 @@ pub struct Dispatch {
 pub const DEFAULT_DISPATCH_HORIZON: Duration = Duration::from_micros(1000);
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })
 }
 

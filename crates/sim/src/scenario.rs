@@ -12,12 +12,12 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum ScenarioError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not valid TOML or not of the scenario's shape.
     #[error("{path}: {message}")]
@@ -492,9 +492,9 @@ pub struct Scenario {
 impl Scenario {
     /// Reads, parses and validates a scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::from_str(&text, path)
     }
