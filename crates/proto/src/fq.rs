@@ -36,6 +36,8 @@ const NIL: u32 = u32::MAX;
 
 /// The CoDel target in force is at least the interval in force over this.
 const TARGET_PER_INTERVAL: u32 = 10;
+/// IP protocol number of TCP.
+const IPPROTO_TCP: u8 = 6;
 
 /// An entry of the packet store: a queued packet and the next one of its flow, or, while
 /// free, the next free entry.
@@ -681,7 +683,30 @@ impl FlowQueues {
                 return false;
             };
             let sojourn = now - head.enqueued;
-            let act = codel_act(&mut flow.codel, now, sojourn, target, interval, flow.bytes);
+            // A TCP sender answers a drop a round trip after it, and the packets it sent
+            // meanwhile still wait their sojourn here: a second drop before then finds
+            // the flow not slowing yet and only takes a second packet of the same
+            // window (which a TCP without selective acknowledgements repairs by its
+            // retransmission timeout). The interval covers the links' RTT; a queue that
+            // has grown longer than that (a slow start's overshoot) adds its own delay
+            // to the flow's round trip, so the next drop waits at least that long.
+            // Other flows keep RFC 8289's schedule: an unresponsive one must meet drops
+            // that come faster and faster, and the overflow policy takes them as its
+            // congestion signal.
+            let answer = if flow.key.protocol == IPPROTO_TCP {
+                sojourn
+            } else {
+                Duration::ZERO
+            };
+            let act = codel_act(
+                &mut flow.codel,
+                now,
+                sojourn,
+                target,
+                interval,
+                flow.bytes,
+                answer,
+            );
             if !act {
                 return true;
             }
@@ -739,6 +764,8 @@ fn queue_fine(sojourn: Duration, target: Duration, backlog_bytes: usize) -> bool
 }
 
 /// One step of CoDel's state machine for the head packet: whether to drop (or mark) it.
+/// The next drop comes on RFC 8289's schedule (`interval / sqrt(count)` after the last),
+/// but no sooner than `answer` after this one: how long the flow needs to answer a drop.
 fn codel_act(
     c: &mut Codel,
     now: Instant,
@@ -746,6 +773,7 @@ fn codel_act(
     target: Duration,
     interval: Duration,
     backlog_bytes: usize,
+    answer: Duration,
 ) -> bool {
     let ok_to_drop = codel_ok_to_drop(c, now, sojourn, target, interval, backlog_bytes);
     if c.dropping {
@@ -754,7 +782,7 @@ fn codel_act(
             false
         } else if now >= c.drop_next {
             c.count += 1;
-            c.drop_next = control_law(c.drop_next, interval, c.count);
+            c.drop_next = control_law(c.drop_next, interval, c.count).max(now + answer);
             true
         } else {
             false
@@ -768,7 +796,7 @@ fn codel_act(
             1
         };
         c.last_count = c.count;
-        c.drop_next = control_law(now, interval, c.count);
+        c.drop_next = control_law(now, interval, c.count).max(now + answer);
         true
     } else {
         false
@@ -936,6 +964,55 @@ mod tests {
         }
         assert!(q.stats.aqm_dropped > 0, "{:?}", q.stats);
         assert_eq!(q.stats.aqm_marked, 0);
+    }
+
+    /// Times of CoDel's drops on one flow that keeps `backlog` packets queued, served
+    /// one every 10 ms for 3 s (a sojourn of `backlog` times 10 ms).
+    fn codel_drop_times(protocol: u8, backlog: usize) -> Vec<Duration> {
+        let mut q = FlowQueues::new(&Config::default());
+        let p = || {
+            let mut p = pkt(1, 0, 1400, 0);
+            p[9] = protocol;
+            p
+        };
+        let mut t = Instant::ZERO;
+        for _ in 0..backlog {
+            enq(&mut q, t, p());
+        }
+        let mut drops = Vec::new();
+        for _ in 0..300 {
+            t += Duration::from_millis(10);
+            enq(&mut q, t, p());
+            let before = q.stats.aqm_dropped;
+            let _ = q.dequeue_with(t, |_, _| Decision::Take(()));
+            drops.extend((before..q.stats.aqm_dropped).map(|_| t - Instant::ZERO));
+        }
+        drops
+    }
+
+    #[test]
+    fn codel_drops_a_tcp_flow_again_only_after_it_could_answer() {
+        // A standing queue of 300 ms (a slow start's overshoot): a TCP flow's next drop
+        // waits for the sojourn, the time its answer to the last one takes to show.
+        // (The first drop comes at 110 ms, when the head had waited that long; each
+        // drop takes 10 ms off the queue.)
+        let tcp = codel_drop_times(6, 30);
+        assert!(tcp.len() >= 3, "{tcp:?}");
+        assert!(tcp[1] - tcp[0] >= Duration::from_millis(110), "{tcp:?}");
+        for w in tcp[1..].windows(2) {
+            assert!(w[1] - w[0] >= Duration::from_millis(150), "{tcp:?}");
+        }
+        // Other flows keep RFC 8289's schedule, faster and faster: an unresponsive flow
+        // must not keep its queue.
+        let udp = codel_drop_times(17, 30);
+        assert!(udp.len() > tcp.len(), "{udp:?} against {tcp:?}");
+        assert!(
+            udp.windows(2)
+                .any(|w| w[1] - w[0] < Duration::from_millis(100)),
+            "{udp:?}"
+        );
+        // A queue near the target: the interval's schedule, the same for both.
+        assert_eq!(codel_drop_times(6, 3), codel_drop_times(17, 3));
     }
 
     #[test]
