@@ -58,9 +58,12 @@ impl PacketInfo {
     }
 }
 
+/// IP protocol number of TCP.
+pub(crate) const PROTO_TCP: u8 = 6;
+
 fn has_ports(protocol: u8) -> bool {
     // TCP, UDP, SCTP, UDP-Lite: ports are the first four bytes of the transport header.
-    matches!(protocol, 6 | 17 | 132 | 136)
+    matches!(protocol, PROTO_TCP | 17 | 132 | 136)
 }
 
 fn ports(transport: &[u8]) -> (u16, u16) {

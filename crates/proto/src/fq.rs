@@ -18,7 +18,7 @@ use std::hash::BuildHasher;
 
 use core::time::Duration;
 
-use crate::classify::{FlowKey, PacketInfo, mark_ce};
+use crate::classify::{FlowKey, PROTO_TCP, PacketInfo, mark_ce};
 use crate::config::Config;
 use crate::ids::FlowId;
 use crate::policy::PolicyKind;
@@ -36,8 +36,6 @@ const NIL: u32 = u32::MAX;
 
 /// The CoDel target in force is at least the interval in force over this.
 const TARGET_PER_INTERVAL: u32 = 10;
-/// IP protocol number of TCP.
-const IPPROTO_TCP: u8 = 6;
 
 /// An entry of the packet store: a queued packet and the next one of its flow, or, while
 /// free, the next free entry.
@@ -693,7 +691,7 @@ impl FlowQueues {
             // Other flows keep RFC 8289's schedule: an unresponsive one must meet drops
             // that come faster and faster, and the overflow policy takes them as its
             // congestion signal.
-            let answer = if flow.key.protocol == IPPROTO_TCP {
+            let answer = if flow.key.protocol == PROTO_TCP {
                 sojourn
             } else {
                 Duration::ZERO
