@@ -106,24 +106,18 @@ fn bad_mode_and_bad_override_are_clear() {
 
 #[test]
 fn missing_scenario_file_names_the_path() {
-    let out = latebind()
-        .args(["sim", "scenarios/nope.toml"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("scenarios/nope.toml"), "{err}");
-    // The reason once, not repeated by the error's chain.
-    assert_eq!(err.matches("No such file").count(), 1, "{err}");
-    // Likewise a daemon's configuration file.
-    let out = latebind()
-        .args(["client", "--config", "nope.toml"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("nope.toml"), "{err}");
-    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    // A scenario, and likewise a daemon's configuration file.
+    for (args, path) in [
+        (&["sim", "scenarios/nope.toml"][..], "scenarios/nope.toml"),
+        (&["client", "--config", "nope.toml"], "nope.toml"),
+    ] {
+        let out = latebind().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(path), "{err}");
+        // The reason once, not repeated by the error's chain.
+        assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    }
 }
 
 #[test]
