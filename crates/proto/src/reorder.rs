@@ -327,15 +327,10 @@ struct RxFlow {
     last_active: Instant,
     /// When a gap of this flow was last given up.
     skipped_at: Option<Instant>,
-    /// Links (a bit per link index) the flow's packets came over since `links_since`,
-    /// and in the [`LINK_MEMORY`] before it.
-    links: u64,
-    links_prev: u64,
-    links_since: Instant,
-    /// First copies and second (third, ...) copies of the flow's packets that came since
-    /// `links_since`, and in the [`LINK_MEMORY`] before it.
-    firsts: [u32; 2],
-    copies: [u32; 2],
+    /// What the flow's packets did since `window_since`, and in the [`LINK_MEMORY`]
+    /// before it.
+    window: [RxWindow; 2],
+    window_since: Instant,
     /// The hold given to the flow's latest out-of-order packet.
     hold: Option<Duration>,
     /// The flow's 5-tuple, from its first packet that parses.
@@ -344,12 +339,23 @@ struct RxFlow {
     play: Option<Box<Playout>>,
 }
 
+/// One [`LINK_MEMORY`] of a flow's packets.
+#[derive(Clone, Copy, Debug, Default)]
+struct RxWindow {
+    /// Links (a bit per link index) its packets came over.
+    links: u64,
+    /// First copies, and second (third, ...) copies.
+    firsts: u32,
+    copies: u32,
+}
+
 impl RxFlow {
     /// Whether the flow's packets lately came as copies (its sender sends each on several
     /// links): at least one copy for every two packets of the last one to two seconds.
     fn arrives_as_copies(&self) -> bool {
-        let firsts = self.firsts[0].saturating_add(self.firsts[1]);
-        let copies = self.copies[0].saturating_add(self.copies[1]);
+        let [cur, prev] = self.window;
+        let firsts = cur.firsts.saturating_add(prev.firsts);
+        let copies = cur.copies.saturating_add(prev.copies);
         firsts >= 4 && copies.saturating_mul(2) >= firsts
     }
 }
@@ -502,11 +508,8 @@ impl Reorder {
             due: None,
             last_active: now,
             skipped_at: None,
-            links: 0,
-            links_prev: 0,
-            links_since: now,
-            firsts: [0; 2],
-            copies: [0; 2],
+            window: [RxWindow::default(); 2],
+            window_since: now,
             hold: None,
             key: None,
             counts: FlowCounts::default(),
@@ -521,7 +524,7 @@ impl Reorder {
         self.note_rx(now, link, gseq);
         let f = Self::flow(&mut self.flows, now, flow);
         Self::note(f, now, link);
-        f.copies[0] = f.copies[0].saturating_add(1);
+        f.window[0].copies = f.window[0].copies.saturating_add(1);
         let copies = f.arrives_as_copies();
         if let Some(p) = f.play.as_mut() {
             p.second_copy(now, gseq, link, copies);
@@ -535,19 +538,20 @@ impl Reorder {
     }
 
     fn note(f: &mut RxFlow, now: Instant, link: usize) {
-        let since = now - f.links_since;
+        let since = now - f.window_since;
         if since >= LINK_MEMORY {
-            let keep = since < LINK_MEMORY * 2;
-            f.links_prev = if keep { f.links } else { 0 };
+            let ended = f.window[0];
             if let Some(p) = f.play.as_mut() {
-                p.window_ended(f.firsts[0], f.copies[0], f.links);
+                p.window_ended(ended.firsts, ended.copies, ended.links);
             }
-            f.links = 0;
-            f.firsts = [0, if keep { f.firsts[0] } else { 0 }];
-            f.copies = [0, if keep { f.copies[0] } else { 0 }];
-            f.links_since = now;
+            let keep = since < LINK_MEMORY * 2;
+            f.window = [
+                RxWindow::default(),
+                if keep { ended } else { RxWindow::default() },
+            ];
+            f.window_since = now;
         }
-        f.links |= 1u64.checked_shl(link as u32).unwrap_or(0);
+        f.window[0].links |= 1u64.checked_shl(link as u32).unwrap_or(0);
     }
 
     /// The `limit` busiest flows' reordering (most packets received first); `link_id`
@@ -573,7 +577,7 @@ impl Reorder {
                 flow: *id,
                 key: f.key,
                 links: (0..64)
-                    .filter(|i| (f.links | f.links_prev) & (1 << i) != 0)
+                    .filter(|i| (f.window[0].links | f.window[1].links) & (1 << i) != 0)
                     .map(&link_id)
                     .collect(),
                 hold: f.hold,
@@ -631,7 +635,7 @@ impl Reorder {
         let f = Self::flow(&mut self.flows, now, flow);
         if let Some(l) = link {
             Self::note(f, now, l);
-            f.firsts[0] = f.firsts[0].saturating_add(1);
+            f.window[0].firsts = f.window[0].firsts.saturating_add(1);
         }
         if self.align
             && let (Some(l), Some(g)) = (link, gseq)
