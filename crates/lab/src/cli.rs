@@ -88,6 +88,10 @@ pub struct LabArgs {
     /// TCP congestion control of the TCP senders.
     #[arg(long, default_value = "cubic")]
     pub cc: String,
+    /// The TCP endpoints ask for ECN (`net.ipv4.tcp_ecn=1` in the client's and the
+    /// server's namespaces), so the tunnel's AQM marks their packets instead of dropping.
+    #[arg(long)]
+    pub ecn: bool,
     /// Log every frame in the emulator's log.
     #[arg(long)]
     pub log_frames: bool,
@@ -170,6 +174,7 @@ pub fn lab(args: &LabArgs, exe: &Path) -> Result<()> {
         keep: args.work_dir.is_some(),
         spin_us: args.spin_us,
         cc: args.cc.clone(),
+        ecn: args.ecn,
         log_frames: args.log_frames,
         capture_departures: args.capture_departures,
         ..LabOptions::default()

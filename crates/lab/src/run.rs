@@ -134,6 +134,9 @@ pub struct LabOptions {
     pub spin_us: u64,
     /// TCP congestion control of every TCP sender (the simulator's TCP is Cubic).
     pub cc: String,
+    /// The TCP endpoints ask for ECN (`net.ipv4.tcp_ecn=1`); otherwise they only accept it
+    /// (the kernel's default, 2).
+    pub ecn: bool,
     /// Time between starting the helpers and scenario time 0.
     pub lead: Duration,
     /// How often the client's qdiscs are sampled for their backlog.
@@ -164,6 +167,7 @@ impl Default for LabOptions {
             keep: false,
             spin_us: 200,
             cc: "cubic".into(),
+            ecn: false,
             lead: Duration::from_millis(1000),
             sample_every: Duration::from_millis(1),
             log_frames: false,
@@ -425,6 +429,11 @@ fn run_mode(
     let links = topo.links.clone();
     let rates: Vec<(RateSpec, RateSpec)> = (0..n).map(|i| rates(scenario, i)).collect();
     let n_setup = topo.commands.len();
+    if opts.ecn {
+        for role in [Role::Client, Role::Server] {
+            topo.sysctl(role, "net.ipv4.tcp_ecn", "1")?;
+        }
+    }
 
     // Routing.
     match mode {

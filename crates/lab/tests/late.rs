@@ -8,9 +8,18 @@ use latebind_lab::run::{LabMode, LabOptions, run_with};
 use latebind_sim::{Mode, Scenario};
 
 fn lab(scenario: &Scenario, mode: LabMode, name: &str) -> latebind_lab::LabOutcome {
+    lab_with(scenario, mode, name, LabOptions::default())
+}
+
+fn lab_with(
+    scenario: &Scenario,
+    mode: LabMode,
+    name: &str,
+    opts: LabOptions,
+) -> latebind_lab::LabOutcome {
     let opts = LabOptions {
         work_dir: Some(common::test_dir(name)),
-        ..LabOptions::default()
+        ..opts
     };
     let out = run_with(scenario, mode, &common::exe(), &opts).expect("lab run");
     eprintln!("lab:\n{}", out.report.table());
@@ -271,4 +280,34 @@ fn a_flow_outside_the_tunnel_shares_the_link_but_not_the_daemons() {
         tunnel.sent,
         outside.sent
     );
+}
+
+/// The tunnel's AQM marks an ECN-capable TCP flow instead of dropping its packets, end
+/// to end with kernel TCP: bufferbloat.toml (10 Mb/s, 1000-packet FIFO in the network)
+/// for 8 s with both TCP ends asking for ECN. The download's slow start overshoots the
+/// link's window, so CoDel acts on it (5 drops in a run without ECN, 8 marks with it).
+#[test]
+fn the_aqm_marks_an_ecn_tcp_flow_instead_of_dropping_it() {
+    if !common::root_or_skip("the_aqm_marks_an_ecn_tcp_flow_instead_of_dropping_it") {
+        return;
+    }
+    let _g = common::serial();
+    let scenario = Scenario::load(&common::scenario("bufferbloat.toml"))
+        .and_then(|s| s.with_overrides(["scenario.duration_s=8.0"]))
+        .expect("scenario");
+    let opts = LabOptions {
+        ecn: true,
+        ..LabOptions::default()
+    };
+    let out = lab_with(&scenario, LabMode::Late, "late-ecn", opts);
+    let e = out.report.engine.as_ref().expect("engine counters");
+    assert!(e.aqm_marked > 0, "no packet marked: {e:?}");
+    assert_eq!(e.aqm_dropped, 0, "ECN-capable packets dropped: {e:?}");
+    let bulk = out
+        .report
+        .flows
+        .iter()
+        .find(|f| f.name == "bulk")
+        .expect("bulk");
+    assert!(bulk.goodput_mbps > 8.0, "{bulk:?}");
 }
