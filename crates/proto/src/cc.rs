@@ -123,6 +123,12 @@ impl MinMax {
         self.empty = false;
     }
 
+    /// The extreme, if a sample came within the last `window` (the estimator ages only
+    /// as samples come).
+    fn recent(&self, now: Instant, window: Duration) -> Option<Duration> {
+        (!self.empty && now - self.s[2].0 <= window).then(|| self.get())
+    }
+
     /// Adds a sample to a path's base (minimum) delay, over [`MIN_RTT_WINDOW`]. While
     /// `frozen` (competitive mode: another sender's queue hides the path's own delay)
     /// the base is kept and only a lower sample replaces it, or that queue would become
@@ -339,11 +345,25 @@ impl Controller {
             // of every flow on the link. The moved load waits above the binding point.
             return;
         }
+        let mut need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
+        let known = self.capacity_packet_time.recent(now, MIN_RTT_WINDOW);
+        if let Some(packet_time) = known {
+            // Its window limited it lately, so it knows what its bottleneck carries: it
+            // opens that far and no further. It was underused only because its flows
+            // sent less (an inner TCP waiting for acknowledgements), and the moved load
+            // beyond its capacity would queue at its bottleneck, in front of every flow
+            // on it; that waits above the binding point instead.
+            let capacity = MSS / packet_time.as_secs_f64().max(1e-9);
+            need = need.min(capacity * self.standing_rtt.as_secs_f64());
+            if need <= self.cwnd {
+                return;
+            }
+        }
         self.taken_over_at = now;
-        let need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
         self.cwnd = self.cwnd.max(need);
         self.hold_down_until = now + self.standing_rtt + self.min_rtt();
-        self.startup = true;
+        // Without a capacity measured, the link finds it by starting up again.
+        self.startup = known.is_none();
     }
 
     /// The window, bytes.
@@ -969,6 +989,35 @@ mod tests {
                 "{in_flight} in flight, takeover {take}: {r} B/s"
             );
         }
+    }
+
+    #[test]
+    fn a_link_full_lately_opens_for_a_takeover_only_as_far_as_its_capacity() {
+        // A 10 Mb/s link (40 ms) whose window limited it, then underused for 200 ms (its
+        // inner TCP waited), is handed a failed link's 40 Mb/s and 200 KB in flight. It
+        // opens to what it carries, not to the moved load: a 10 Mb/s link opened to
+        // 410 KB held 330 ms of queue in front of every flow on it.
+        let base = ms(40);
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        for i in 1..=400u64 {
+            // The window beyond the path's 50 KB waits at the bottleneck.
+            let cwnd = c.cwnd();
+            let rtt = base + Duration::from_micros(cwnd.saturating_sub(50_000) as u64 * 4 / 5);
+            c.on_ack(t(40 + i), 1250, Some(rtt), rtt, ms(0), cwnd);
+        }
+        for i in 1..=200u64 {
+            c.on_ack(t(440 + i), 1250, Some(base), base, ms(0), 0);
+        }
+        c.startup = false;
+        let before = c.cwnd();
+        c.take_over(t(641), 5_000_000.0, 200_000);
+        let bdp = 1250.0 * c.standing_rtt.as_secs_f64() * 1000.0;
+        assert!(
+            (c.cwnd() as f64) <= 1.2 * bdp.max(before as f64),
+            "window {} after the takeover, {before} before, {bdp:.0} B per RTT",
+            c.cwnd()
+        );
+        assert!(!c.startup);
     }
 
     #[test]
