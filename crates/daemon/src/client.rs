@@ -166,6 +166,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     config.session(session_id).budget_packets(c.budget_packets);
     (config.reinjection, config.rej_min) = cfg.reinjection;
     (config.rate_control, config.rate_control_max_queue) = cfg.rate_control;
+    config.codel_target = cfg.codel_target;
     cfg.policies.apply(&mut config);
     config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let mut engine = Endpoint::new(config, now()).map_err(|e| anyhow::anyhow!("engine: {e}"))?;

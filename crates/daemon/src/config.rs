@@ -96,6 +96,9 @@ pub struct ClientSection {
     /// Longest queueing delay rate control keeps at a link's bottleneck, ms (it keeps
     /// two packets on a steady link, more on one whose delivery pauses). Default 20.
     pub rate_control_max_queue_ms: Option<f64>,
+    /// CoDel's target above the binding point, ms: the sojourn a flow's queue may keep
+    /// (at least a tenth of CoDel's interval, which follows the links' RTT). Default 5.
+    pub codel_target_ms: Option<f64>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -247,6 +250,9 @@ pub struct ServerSection {
     /// Longest queueing delay rate control keeps at a link's bottleneck, ms (it keeps
     /// two packets on a steady link, more on one whose delivery pauses). Default 20.
     pub rate_control_max_queue_ms: Option<f64>,
+    /// CoDel's target above the binding point, ms: the sojourn a flow's queue may keep
+    /// (at least a tenth of CoDel's interval, which follows the links' RTT). Default 5.
+    pub codel_target_ms: Option<f64>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -317,6 +323,8 @@ pub struct ClientConfig {
     pub reinjection: (ReinjectTimer, Duration),
     /// Rate control on, and its longest target queue.
     pub rate_control: (bool, Duration),
+    /// CoDel's target above the binding point.
+    pub codel_target: Duration,
     /// Binding policies.
     pub policies: Policies,
     /// The dispatch stage, when on.
@@ -340,6 +348,8 @@ pub struct ServerConfig {
     pub reinjection: (ReinjectTimer, Duration),
     /// Rate control on, and its longest target queue.
     pub rate_control: (bool, Duration),
+    /// CoDel's target above the binding point.
+    pub codel_target: Duration,
     /// Binding policies.
     pub policies: Policies,
     /// The dispatch stage, when on.
@@ -496,6 +506,20 @@ impl V<'_> {
         Ok((on.unwrap_or(defaults.rate_control), max_queue))
     }
 
+    fn codel_target(&self, section: &str, ms: Option<f64>) -> Result<Duration, ConfigError> {
+        match ms {
+            Some(ms) if ms.is_finite() && (1.0..=1_000.0).contains(&ms) => {
+                Ok(Duration::from_secs_f64(ms / 1e3))
+            }
+            Some(ms) => Err(self.err(
+                format!("{section}.codel_target_ms"),
+                ms,
+                "a time from 1 to 1000 ms",
+            )),
+            None => Ok(latebind_proto::Config::default().codel_target),
+        }
+    }
+
     fn policies(
         &self,
         section: &str,
@@ -644,6 +668,7 @@ impl ClientConfig {
         v.budget("client.budget_packets", c.budget_packets)?;
         let reinjection = v.reinjection("client", c.reinjection.as_ref(), c.rej_min_ms)?;
         let rate_control = v.rate_control("client", c.rate_control, c.rate_control_max_queue_ms)?;
+        let codel_target = v.codel_target("client", c.codel_target_ms)?;
         let dispatch = v.dispatch(
             "client",
             c.dispatch,
@@ -705,6 +730,7 @@ impl ClientConfig {
             control_socket,
             reinjection,
             rate_control,
+            codel_target,
             policies,
             dispatch,
             file,
@@ -734,6 +760,7 @@ impl ServerConfig {
         v.budget("server.budget_packets", s.budget_packets)?;
         let reinjection = v.reinjection("server", s.reinjection.as_ref(), s.rej_min_ms)?;
         let rate_control = v.rate_control("server", s.rate_control, s.rate_control_max_queue_ms)?;
+        let codel_target = v.codel_target("server", s.codel_target_ms)?;
         let dispatch = v.dispatch(
             "server",
             s.dispatch,
@@ -791,6 +818,7 @@ impl ServerConfig {
             control_socket,
             reinjection,
             rate_control,
+            codel_target,
             policies,
             dispatch,
             file,
@@ -959,5 +987,39 @@ mod tests {
             .to_string();
         assert!(e.contains("client.rej_min_ms = -1"), "{e}");
         assert!(e.contains("0 to 10000 ms"), "{e}");
+    }
+
+    #[test]
+    fn queue_targets_default_and_bad_values_name_key_value_and_expectation() {
+        // The example sets both keys: each case edits or drops the key's line.
+        let keys = ["codel_target_ms", "rate_control_max_queue_ms"];
+        let edit = |key: &str, value: Option<&str>| {
+            client_text("")
+                .lines()
+                .filter_map(|l| match l.starts_with(&format!("{key} = ")) {
+                    true => value.map(|v| format!("{key} = {v}")),
+                    false => Some(l.to_string()),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let parse = |text: &str| ClientConfig::parse(Path::new("c.toml"), text);
+        let defaults = latebind_proto::Config::default();
+        let c = parse(&edit(keys[0], None)).unwrap();
+        assert_eq!(c.codel_target, defaults.codel_target);
+        let c = parse(&edit(keys[1], None)).unwrap();
+        assert_eq!(c.rate_control.1, defaults.rate_control_max_queue);
+        let c = parse(&edit(keys[0], Some("30.0"))).unwrap();
+        assert_eq!(c.codel_target, Duration::from_millis(30));
+        for key in keys {
+            for bad in ["0.0", "5000.0", "nan"] {
+                let e = parse(&edit(key, Some(bad))).unwrap_err().to_string();
+                assert!(
+                    e.contains(&format!("client.{key} = "))
+                        && e.contains("a time from 1 to 1000 ms"),
+                    "{e}"
+                );
+            }
+        }
     }
 }

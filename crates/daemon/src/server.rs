@@ -103,6 +103,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let reinjection = cfg.reinjection;
     let rate_control = cfg.rate_control;
+    let codel_target = cfg.codel_target;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
     let mut tunbuf = vec![0u8; 65536];
@@ -235,6 +236,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         (config.reinjection, config.rej_min) = reinjection;
                                         (config.rate_control, config.rate_control_max_queue) =
                                             rate_control;
+                                        config.codel_target = codel_target;
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)
                                             .expect("server engine config is validated");

@@ -95,6 +95,12 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(server, "redundant_links = {}", spec.late.redundant_links)?;
     writeln!(server, "redundant_align = {}", spec.late.redundant_align)?;
     writeln!(server, "rate_control = {}", spec.late.rate_control)?;
+    writeln!(
+        server,
+        "rate_control_max_queue_ms = {:?}",
+        spec.late.rate_control_max_queue_ms
+    )?;
+    writeln!(server, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
     writeln!(server, "\n[[peers]]\nname = \"client\"")?;
     writeln!(server, "public_key = \"{}\"", client_key.public_key())?;
     writeln!(server, "address = \"{CLIENT_TUN}\"")?;
@@ -122,6 +128,12 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(client, "redundant_links = {}", spec.late.redundant_links)?;
     writeln!(client, "redundant_align = {}", spec.late.redundant_align)?;
     writeln!(client, "rate_control = {}", spec.late.rate_control)?;
+    writeln!(
+        client,
+        "rate_control_max_queue_ms = {:?}",
+        spec.late.rate_control_max_queue_ms
+    )?;
+    writeln!(client, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
     writeln!(client, "dispatch = {}", spec.late.dispatch)?;
     writeln!(
         client,
@@ -396,6 +408,23 @@ mod tests {
         assert_eq!(c.file.links[1].interface, "c1");
         assert_eq!(c.file.links[1].server, "198.18.2.2:51820".parse().unwrap());
         assert_eq!(c.file.links[1].capacity_mbps, None);
+        // The scenario's rate control and CoDel targets reach both daemons.
+        let tuned = scenario
+            .with_overrides([
+                "late.codel_target_ms=50.0",
+                "late.rate_control_max_queue_ms=40.0",
+            ])
+            .unwrap();
+        let (s, c) = configs(&tuned, &links, dir).unwrap();
+        let s = latebind_daemon::config::ServerConfig::parse(Path::new("server.toml"), &s).unwrap();
+        let c = latebind_daemon::config::ClientConfig::parse(Path::new("client.toml"), &c).unwrap();
+        for (target, max_queue) in [
+            (s.codel_target, s.rate_control.1),
+            (c.codel_target, c.rate_control.1),
+        ] {
+            assert_eq!(target, Duration::from_millis(50));
+            assert_eq!(max_queue, Duration::from_millis(40));
+        }
         // `seed_capacity`: each client link gets its uplink's rate.
         let seeded = scenario
             .with_overrides(["late.seed_capacity=true"])
