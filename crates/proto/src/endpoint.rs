@@ -415,7 +415,8 @@ impl Endpoint {
             .codel_interval
             .max(max_srtt.mul_f64(self.config.codel_rtt_factor));
         self.queues.set_interval(self.codel_interval);
-        // One-way delay spread of the links that are up (RTT/2 as one-way delay).
+        // One-way delay spread of the links that are up (RTT/2 as one-way delay), and
+        // their longest recent pause (a cellular scheduler's).
         let up = || {
             self.links
                 .iter()
@@ -428,7 +429,11 @@ impl Endpoint {
             (Some(hi), Some(lo)) => (hi.saturating_sub(lo)) / 2,
             _ => Duration::ZERO,
         };
-        self.queues.set_aggregate_extra(spread);
+        let pause = up()
+            .filter_map(|l| l.cc.as_ref().map(|c| c.recent_pause()))
+            .max()
+            .unwrap_or_default();
+        self.queues.set_aggregate_extra(spread + pause);
     }
 
     fn link(&self, id: LinkId) -> Option<&Link> {

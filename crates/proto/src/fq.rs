@@ -387,9 +387,13 @@ impl FlowQueues {
     }
 
     /// Sets the extra CoDel target of aggregate flows: the one-way delay spread of the
-    /// links they use. A flow spread over a fast and a slow link needs that much standing
-    /// queue above the binding point, or the slow link never delivers before the fast one
-    /// would have: that queue is the price of aggregation, not a bad queue.
+    /// links they use, plus the longest time those links lately delivered nothing while
+    /// packets waited (a cellular scheduler's pause). A flow spread over a fast and a
+    /// slow link needs that much standing queue above the binding point, or the slow link
+    /// never delivers before the fast one would have; and while the receiver holds the
+    /// flow's packets behind one that waits out a pause, the flow's acknowledgements
+    /// stall, and the other links keep sending only from that queue. That queue is the
+    /// price of aggregation, not a bad queue.
     pub(crate) fn set_aggregate_extra(&mut self, extra: Duration) {
         self.aggregate_extra = extra;
     }
@@ -652,16 +656,12 @@ impl FlowQueues {
     fn codel_head(&mut self, now: Instant, slot: usize) -> bool {
         // The common cases, as `codel_head_slow` handles them: an empty queue, and a queue
         // that is fine outside a dropping state (it keeps its head).
+        let target = self.target_of(slot);
         let flow = flow_mut(&mut self.flows, slot);
         let Some(head) = self.store.front(flow.queue) else {
             flow.codel.first_above_time = None;
             flow.codel.dropping = false;
             return false;
-        };
-        let target = if flow.policy == PolicyKind::Aggregate {
-            self.target + self.aggregate_extra
-        } else {
-            self.target
         };
         if !flow.codel.dropping && queue_fine(now - head.enqueued, target, flow.bytes) {
             flow.codel.first_above_time = None;
