@@ -130,6 +130,9 @@ pub struct EngineCounters {
     pub reinjected_timer: u64,
     /// Packets taken for reinjection: a link went down.
     pub reinjected_link_down: u64,
+    /// Packets of aggregate flows declared lost on a working link and sent again.
+    #[serde(default)]
+    pub reinjected_lost: u64,
     /// Reinjected packets sent on another link.
     pub reinjections_sent: u64,
     /// Reinjections cancelled: the original was acknowledged before they went.
@@ -352,6 +355,7 @@ impl SessionStatus {
                 lost: st.lost,
                 reinjected_timer: st.reinjected_timer,
                 reinjected_link_down: st.reinjected_link_down,
+                reinjected_lost: st.reinjected_lost,
                 reinjections_sent: st.reinjections_sent,
                 reinjections_cancelled: st.reinjections_cancelled,
                 reinjections_spurious: st.reinjections_spurious,
@@ -450,9 +454,10 @@ impl Status {
             );
             let _ = writeln!(
                 s,
-                "  reinjections: timer {} link-down {} sent {} cancelled {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
+                "  reinjections: timer {} link-down {} lost {} sent {} cancelled {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
                 e.reinjected_timer,
                 e.reinjected_link_down,
+                e.reinjected_lost,
                 e.reinjections_sent,
                 e.reinjections_cancelled,
                 e.reinjections_spurious,

@@ -354,6 +354,7 @@ pub fn engine_report(
         reorder_waited_for_links: sum(&|s| s.engine.reorder_waited_for_links),
         reinjected_timer: sum(&|s| s.engine.reinjected_timer),
         reinjected_link_down: sum(&|s| s.engine.reinjected_link_down),
+        reinjected_lost: sum(&|s| s.engine.reinjected_lost),
         reinjections_cancelled: sum(&|s| s.engine.reinjections_cancelled),
         reinjections_expired: sum(&|s| s.engine.reinjections_expired),
         suspected: sum(&|s| s.links.iter().map(|l| l.suspected).sum()),

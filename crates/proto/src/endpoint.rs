@@ -186,6 +186,9 @@ pub struct EndpointStats {
     pub reinjected_timer: u64,
     /// Inner packets taken for reinjection because a link went down.
     pub reinjected_link_down: u64,
+    /// Inner packets of aggregate flows declared lost on a working link and sent again
+    /// on another.
+    pub reinjected_lost: u64,
     /// Reinjected packets sent on another link.
     pub reinjections_sent: u64,
     /// Reinjections cancelled before they were sent: the original was acknowledged.
@@ -657,7 +660,7 @@ impl Endpoint {
                     self.on_state_change(now, i, LinkState::Suspect, LinkState::Up);
                 }
                 let mut out = out;
-                self.on_lost(std::mem::take(&mut out.lost));
+                self.on_lost(now, std::mem::take(&mut out.lost));
             }
             wire::Frame::LossReport(report) => {
                 for e in report.entries() {
@@ -735,18 +738,27 @@ impl Endpoint {
             .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf);
     }
 
-    fn on_lost(&mut self, mut lost: Vec<SentPacket>) {
-        self.forget_lost(&mut lost);
+    fn on_lost(&mut self, now: Instant, mut lost: Vec<SentPacket>) {
+        self.forget_lost(now, &mut lost);
     }
 
     /// Packets declared lost: counted, their payloads recycled; a packet whose payload was
     /// reinjected is resolved (nothing left to cancel or count).
-    fn forget_lost(&mut self, lost: &mut Vec<SentPacket>) {
+    fn forget_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         self.stats.lost += lost.len() as u64;
         for p in lost.drain(..) {
             if let Some(d) = p.data {
                 if d.taken {
                     self.reinject_state.remove(&d.global_seq);
+                } else if d.recover
+                    && self.config.reinjection != ReinjectTimer::Off
+                    && self
+                        .links
+                        .iter()
+                        .any(|l| l.state == LinkState::Up && d.sent_on & link_bit(l.id) == 0)
+                {
+                    self.stats.reinjected_lost += 1;
+                    self.queue_reinjection(now, d);
                 } else {
                     self.recycle(d.payload);
                 }
@@ -806,22 +818,27 @@ impl Endpoint {
             });
         }
         for data in taken.drain(..) {
-            self.reinject_state.insert(data.global_seq, false);
-            // Keep the queue in global order (packets from several links interleave).
-            let pos = self
-                .reinject
-                .partition_point(|p| p.data.global_seq < data.global_seq);
-            self.reinject.insert(
-                pos,
-                Pending {
-                    data,
-                    since: now,
-                    remaining: 1,
-                },
-            );
+            self.queue_reinjection(now, data);
         }
         self.reinject_scratch = taken;
         self.links_changed();
+    }
+
+    /// Queues an inner packet to be sent again on a link it was not sent on.
+    fn queue_reinjection(&mut self, now: Instant, data: SentData) {
+        self.reinject_state.insert(data.global_seq, false);
+        // Keep the queue in global order (packets from several links interleave).
+        let pos = self
+            .reinject
+            .partition_point(|p| p.data.global_seq < data.global_seq);
+        self.reinject.insert(
+            pos,
+            Pending {
+                data,
+                since: now,
+                remaining: 1,
+            },
+        );
     }
 
     fn on_state_change(&mut self, now: Instant, i: usize, from: LinkState, to: LinkState) {
@@ -894,7 +911,7 @@ impl Endpoint {
                 self.links[i].ping_due = Some(now);
             }
         }
-        self.forget_lost(&mut lost);
+        self.forget_lost(now, &mut lost);
         self.lost_scratch = lost;
         if now >= self.next_loss_report {
             self.loss_report_due = self.links.iter().any(|l| l.rx.received > 0);
@@ -1358,6 +1375,7 @@ impl Endpoint {
             flow_seq,
             sent_on: link_bit(self.links[li].id),
             taken: false,
+            recover: kind == PolicyKind::Aggregate,
         };
         if kind == PolicyKind::Redundant {
             let links = match self.config.redundant_links {

@@ -93,6 +93,9 @@ pub(crate) struct SentData {
     /// The payload was taken for reinjection on another link (it is empty here); the
     /// record stays so that a late acknowledgement can cancel or count the reinjection.
     pub(crate) taken: bool,
+    /// Declared lost on a link that works, it is sent again on another link (a packet of
+    /// an aggregate flow, 4.4).
+    pub(crate) recover: bool,
 }
 
 /// The bit of a link in [`SentData::sent_on`].

@@ -136,6 +136,10 @@ pub struct EngineReport {
     pub reinjected_timer: u64,
     /// Packets taken for reinjection because a link went down.
     pub reinjected_link_down: u64,
+    /// Packets of aggregate flows declared lost on a working link and sent again on
+    /// another.
+    #[serde(default)]
+    pub reinjected_lost: u64,
     /// Reinjections cancelled before they went (the original was acknowledged).
     pub reinjections_cancelled: u64,
     /// Reinjections given up (no other link could take them in time).
@@ -300,6 +304,7 @@ impl Report {
                 reorder_waited_for_links: cs.reorder.waited_for_links + ss.reorder.waited_for_links,
                 reinjected_timer: cs.reinjected_timer + ss.reinjected_timer,
                 reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
+                reinjected_lost: cs.reinjected_lost + ss.reinjected_lost,
                 reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
                 reinjections_expired: cs.reinjections_expired + ss.reinjections_expired,
                 suspected: [c, s]
@@ -436,7 +441,8 @@ impl Report {
         if let Some(e) = &self.engine {
             let _ = writeln!(
                 s,
-                "reinjected {} (timer {}, link down {}, cancelled {}, expired {}), spurious {}; \
+                "reinjected {} (timer {}, link down {}, cancelled {}, expired {}), spurious {}, \
+                 lost and sent again {}; \
                  suspected {} times, longest {:.1} ms",
                 self.totals.reinjected,
                 e.reinjected_timer,
@@ -444,6 +450,7 @@ impl Report {
                 e.reinjections_cancelled,
                 e.reinjections_expired,
                 self.totals.spurious_reinjections,
+                e.reinjected_lost,
                 e.suspected,
                 e.longest_suspect_ms
             );
@@ -468,8 +475,13 @@ fn engine_rows(reports: &[Report], rows: &mut Vec<(String, Vec<String>)>) {
             .collect()
     };
     rows.push((
-        "reinjected: timer / link down".into(),
-        e(&|_, e| format!("{} / {}", e.reinjected_timer, e.reinjected_link_down)),
+        "reinjected: timer / link down / lost".into(),
+        e(&|_, e| {
+            format!(
+                "{} / {} / {}",
+                e.reinjected_timer, e.reinjected_link_down, e.reinjected_lost
+            )
+        }),
     ));
     rows.push((
         "reinjected: sent / spurious".into(),
