@@ -27,6 +27,21 @@ fn lab_with(
         "engine {:?}\nemulator lateness us {:?}; edges {:?}; notes {:?}",
         out.report.engine, out.emulator.lateness_us, out.edges, out.notes
     );
+    // Shown only when the test fails: what the daemons logged and what each end's
+    // engine received per flow (the run's folder is removed next).
+    for file in [
+        "client.log",
+        "server.log",
+        "client-status.json",
+        "server-status.json",
+    ] {
+        let text = std::fs::read_to_string(out.run_dir.join(file)).unwrap_or_default();
+        let mut from = text.len().saturating_sub(4000);
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        eprintln!("{file}:\n{}", &text[from..]);
+    }
     let _ = std::fs::remove_dir_all(&out.run_dir);
     out
 }
