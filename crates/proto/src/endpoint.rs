@@ -363,6 +363,13 @@ impl Endpoint {
         self.reinject.len()
     }
 
+    /// Reinjections whose original an acknowledgement may still cancel (tests: the
+    /// record must not outlive the packet).
+    #[cfg(test)]
+    pub(crate) fn reinjections_tracked(&self) -> usize {
+        self.reinject_state.len()
+    }
+
     /// Packets held in reorder buffers.
     pub fn reorder_held(&self) -> usize {
         self.reorder.held()
@@ -743,7 +750,9 @@ impl Endpoint {
     }
 
     /// Packets declared lost: counted, their payloads recycled; a packet whose payload was
-    /// reinjected is resolved (nothing left to cancel or count).
+    /// reinjected is resolved (nothing left to cancel or count). An aggregate flow's packet
+    /// is sent again on a link it was not sent on, if one is up (4.4); its original is
+    /// gone from the link's records, so there is nothing to cancel it by.
     fn forget_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         self.stats.lost += lost.len() as u64;
         for p in lost.drain(..) {
@@ -758,7 +767,7 @@ impl Endpoint {
                         .any(|l| l.state == LinkState::Up && d.sent_on & link_bit(l.id) == 0)
                 {
                     self.stats.reinjected_lost += 1;
-                    self.queue_reinjection(now, d);
+                    self.queue_reinjection(now, d, false);
                 } else {
                     self.recycle(d.payload);
                 }
@@ -818,15 +827,19 @@ impl Endpoint {
             });
         }
         for data in taken.drain(..) {
-            self.queue_reinjection(now, data);
+            self.queue_reinjection(now, data, true);
         }
         self.reinject_scratch = taken;
         self.links_changed();
     }
 
-    /// Queues an inner packet to be sent again on a link it was not sent on.
-    fn queue_reinjection(&mut self, now: Instant, data: SentData) {
-        self.reinject_state.insert(data.global_seq, false);
+    /// Queues an inner packet to be sent again on a link it was not sent on; with
+    /// `cancellable`, an acknowledgement of the original cancels it (or counts it as
+    /// spurious once sent).
+    fn queue_reinjection(&mut self, now: Instant, data: SentData, cancellable: bool) {
+        if cancellable {
+            self.reinject_state.insert(data.global_seq, false);
+        }
         // Keep the queue in global order (packets from several links interleave).
         let pos = self
             .reinject

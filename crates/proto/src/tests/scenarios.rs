@@ -978,3 +978,41 @@ fn redundant_copy_goes_on_a_suspect_link_so_the_usable_one_dying_costs_nothing()
         );
     }
 }
+
+/// An aggregate flow's packet lost on a link that works comes by another link (4.4): the
+/// inner transport never sees the loss, and nothing is left recorded for it.
+#[test]
+fn an_aggregate_packet_lost_on_a_working_link_comes_by_another() {
+    const PORT: u16 = 9400;
+    let mut pair = PairBuilder::new()
+        // 6 Mb/s each; the flow sends 9.6 Mb/s.
+        .link(LinkSpec::new(ms(10)).rate_bps(6e6))
+        .link(LinkSpec::new(ms(15)).rate_bps(6e6))
+        .config(|c| c.default_policy = crate::PolicyKind::Aggregate)
+        .drop_fn(Box::new(|d| {
+            d.link == LinkId(1)
+                && data_in(d.bytes)
+                    .iter()
+                    .any(|i| i.src_port == PORT && i.seq % 10 == 3)
+        }))
+        .build();
+    let start = at_ms(200);
+    pair.send_stream(Side::Client, &FlowSpec::bulk(PORT, 1200), 400, start, ms(1));
+    pair.drive_until(start + ms(3000));
+    let dropped = pair
+        .dropped
+        .iter()
+        .filter(|r| data_in(&r.bytes).iter().any(|i| i.src_port == PORT))
+        .count();
+    assert!(dropped > 0, "the flow never used link 1");
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&PORT].len(), 400);
+    let c = pair.endpoint_ref(Side::Client);
+    assert!(
+        c.stats().reinjected_lost >= dropped as u64,
+        "{:?}",
+        c.stats()
+    );
+    assert_eq!(c.reinjections_tracked(), 0);
+    assert_eq!(c.reinject_pending(), 0);
+}
