@@ -224,9 +224,12 @@ fn emulated_outage_drops_traffic_for_its_interval() {
     );
     let up = &o.emu.links[0].up;
     assert_eq!(up.dropped_outage + up.lost_outage, lost);
-    // The receiver saw nothing for the outage's length.
+    // The receiver saw nothing for the outage's length. The loss count above pins the
+    // outage's edges to the emulator's clock within 3 ms; the gap is the sender's and the
+    // receiver's view, and one stall of the virtual machine next to an edge moves it (a
+    // CI run saw 488 ms; stalls of 13 ms are on record, `emulated_delay_20ms_arrives_within_1ms`).
     assert!(
-        (o.recv.max_gap_ms - 500.0).abs() < 5.0,
+        (o.recv.max_gap_ms - 500.0).abs() < 15.0,
         "gap {} ms",
         o.recv.max_gap_ms
     );
