@@ -257,6 +257,11 @@ pub(crate) struct Controller {
     empty_cwnd: f64,
 }
 
+/// The rate (bytes per second) at which a full-size packet takes `packet_time`.
+fn packet_rate(packet_time: Duration) -> f64 {
+    MSS / packet_time.as_secs_f64().max(1e-9)
+}
+
 impl Controller {
     pub(crate) fn new(now: Instant, initial_rtt: Duration, max_queue: Duration) -> Self {
         Self {
@@ -346,14 +351,16 @@ impl Controller {
             return;
         }
         let mut need = rate * self.standing_rtt.as_secs_f64() + backlog as f64;
-        let known = self.capacity_packet_time.recent(now, MIN_RTT_WINDOW);
-        if let Some(packet_time) = known {
+        let known = self
+            .capacity_packet_time
+            .recent(now, MIN_RTT_WINDOW)
+            .map(packet_rate);
+        if let Some(capacity) = known {
             // Its window limited it lately, so it knows what its bottleneck carries: it
             // opens that far and no further. It was underused only because its flows
             // sent less (an inner TCP waiting for acknowledgements), and the moved load
             // beyond its capacity would queue at its bottleneck, in front of every flow
             // on it; that waits above the binding point instead.
-            let capacity = MSS / packet_time.as_secs_f64().max(1e-9);
             need = need.min(capacity * self.standing_rtt.as_secs_f64());
             if need <= self.cwnd {
                 return;
@@ -675,7 +682,7 @@ impl Controller {
         if self.capacity_packet_time.empty {
             return self.limited_rate;
         }
-        MSS / self.capacity_packet_time.get().as_secs_f64().max(1e-9)
+        packet_rate(self.capacity_packet_time.get())
     }
 
     /// Competitive mode: the window gets out of the way of the inner flows' own

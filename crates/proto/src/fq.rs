@@ -667,12 +667,12 @@ impl FlowQueues {
             flow.codel.first_above_time = None;
             return true;
         }
-        self.codel_head_slow(now, slot)
+        self.codel_head_slow(now, slot, target)
     }
 
     #[inline(never)]
-    fn codel_head_slow(&mut self, now: Instant, slot: usize) -> bool {
-        let (target, interval, ecn) = (self.target_of(slot), self.interval, self.ecn);
+    fn codel_head_slow(&mut self, now: Instant, slot: usize, target: Duration) -> bool {
+        let (interval, ecn) = (self.interval, self.ecn);
         loop {
             let flow = flow_mut(&mut self.flows, slot);
             let Some(head) = self.store.front(flow.queue) else {

@@ -504,12 +504,13 @@ impl World {
             {
                 for (n, e) in [("c", &self.client), ("s", &self.server)] {
                     if let Some(e) = e {
+                        let q = e.stats().queues;
                         eprintln!(
                             "{:.3} {n} queued {} B aqm dropped {} marked {}",
                             t.as_secs_f64(),
                             e.queued_bytes(),
-                            e.stats().queues.aqm_dropped,
-                            e.stats().queues.aqm_marked
+                            q.aqm_dropped,
+                            q.aqm_marked
                         );
                         for v in e.link_views(now_i(t)) {
                             eprintln!(
