@@ -75,7 +75,21 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         ))
     };
     let (server_key, client_key) = (key()?, key()?);
-    let budget = spec.late.budget_packets;
+    // The engine's settings, the same at both ends.
+    let mut engine = String::new();
+    writeln!(engine, "budget_packets = {}", spec.late.budget_packets)?;
+    writeln!(engine, "reinjection = {:?}", spec.late.reinjection)?;
+    writeln!(engine, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
+    writeln!(engine, "policy = \"{}\"", spec.late.default_policy().name())?;
+    writeln!(engine, "redundant_links = {}", spec.late.redundant_links)?;
+    writeln!(engine, "redundant_align = {}", spec.late.redundant_align)?;
+    writeln!(engine, "rate_control = {}", spec.late.rate_control)?;
+    writeln!(
+        engine,
+        "rate_control_max_queue_ms = {:?}",
+        spec.late.rate_control_max_queue_ms
+    )?;
+    writeln!(engine, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;
     writeln!(server, "[server]")?;
@@ -88,19 +102,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         "control_socket = \"{}\"",
         dir.join("server.sock").display()
     )?;
-    writeln!(server, "budget_packets = {budget}")?;
-    writeln!(server, "reinjection = {:?}", spec.late.reinjection)?;
-    writeln!(server, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
-    writeln!(server, "policy = \"{}\"", spec.late.default_policy().name())?;
-    writeln!(server, "redundant_links = {}", spec.late.redundant_links)?;
-    writeln!(server, "redundant_align = {}", spec.late.redundant_align)?;
-    writeln!(server, "rate_control = {}", spec.late.rate_control)?;
-    writeln!(
-        server,
-        "rate_control_max_queue_ms = {:?}",
-        spec.late.rate_control_max_queue_ms
-    )?;
-    writeln!(server, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
+    server.push_str(&engine);
     writeln!(server, "\n[[peers]]\nname = \"client\"")?;
     writeln!(server, "public_key = \"{}\"", client_key.public_key())?;
     writeln!(server, "address = \"{CLIENT_TUN}\"")?;
@@ -121,19 +123,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         "control_socket = \"{}\"",
         dir.join("client.sock").display()
     )?;
-    writeln!(client, "budget_packets = {budget}")?;
-    writeln!(client, "reinjection = {:?}", spec.late.reinjection)?;
-    writeln!(client, "rej_min_ms = {:?}", spec.late.rej_min_ms)?;
-    writeln!(client, "policy = \"{}\"", spec.late.default_policy().name())?;
-    writeln!(client, "redundant_links = {}", spec.late.redundant_links)?;
-    writeln!(client, "redundant_align = {}", spec.late.redundant_align)?;
-    writeln!(client, "rate_control = {}", spec.late.rate_control)?;
-    writeln!(
-        client,
-        "rate_control_max_queue_ms = {:?}",
-        spec.late.rate_control_max_queue_ms
-    )?;
-    writeln!(client, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
+    client.push_str(&engine);
     writeln!(client, "dispatch = {}", spec.late.dispatch)?;
     writeln!(
         client,
