@@ -33,6 +33,10 @@ pub struct LinkStatus {
     pub delivery_rate_mbps: f64,
     /// Ack-eliciting datagrams in flight.
     pub in_flight: usize,
+    /// Share of its packets the link lost lately while it worked, percent (the aggregate
+    /// policy gives a link that loses a smaller share of a backlog).
+    #[serde(default)]
+    pub loss_pct: f64,
     /// Rate control: the link's estimated rate (its window over the standing RTT),
     /// Mbit/s (0: rate control off).
     #[serde(default)]
@@ -285,6 +289,7 @@ impl SessionStatus {
                     tx_rate_mbps: mbps(v.tx_rate),
                     delivery_rate_mbps: mbps(v.delivery_rate),
                     in_flight: v.in_flight,
+                    loss_pct: (v.loss_rate * 1e5).round() / 1e3,
                     cc_rate_mbps: mbps(v.cc_rate),
                     cwnd_bytes: v.cwnd,
                     queue_delay_ms: ms(v.queue_delay),
@@ -396,7 +401,7 @@ impl Status {
             );
             let _ = writeln!(
                 s,
-                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>5} {:>9} {:>9} {:>6}",
+                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>5} {:>9} {:>9} {:>6} {:>6}",
                 "link",
                 "id",
                 "state",
@@ -410,12 +415,13 @@ impl Status {
                 "below",
                 "sent",
                 "recv",
-                "lost"
+                "lost",
+                "loss %"
             );
             for l in &ses.links {
                 let _ = writeln!(
                     s,
-                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>6} {:>5} {:>9} {:>9} {:>6}",
+                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>6} {:>5} {:>9} {:>9} {:>6} {:>6.2}",
                     l.name,
                     l.id,
                     if l.competitive {
@@ -433,7 +439,8 @@ impl Status {
                     l.below_binding,
                     l.datagrams_sent,
                     l.datagrams_received,
-                    l.lost
+                    l.lost,
+                    l.loss_pct
                 );
             }
             let e = &ses.engine;
@@ -578,6 +585,7 @@ impl Status {
                 let _ = writeln!(s, "latebind_link_min_rtt_ms{{{lp}}} {}", l.min_rtt_ms);
                 let _ = writeln!(s, "latebind_link_tx_rate_mbps{{{lp}}} {}", l.tx_rate_mbps);
                 let _ = writeln!(s, "latebind_link_in_flight{{{lp}}} {}", l.in_flight);
+                let _ = writeln!(s, "latebind_link_loss_pct{{{lp}}} {}", l.loss_pct);
                 let _ = writeln!(s, "latebind_link_rate_mbps{{{lp}}} {}", l.cc_rate_mbps);
                 let _ = writeln!(s, "latebind_link_cwnd_bytes{{{lp}}} {}", l.cwnd_bytes);
                 let _ = writeln!(

@@ -402,6 +402,9 @@ pub struct LinkView {
     pub competitive: bool,
     /// Bytes of ack-eliciting packets in flight.
     pub bytes_in_flight: usize,
+    /// Share of the packets the link loses while it works (0 to 1), averaged over about
+    /// the last 32 ack-eliciting packets.
+    pub loss_rate: f64,
 }
 
 impl LinkView {
@@ -471,7 +474,23 @@ pub(crate) struct Link {
     /// Slot of the latest datagram handed to the driver (after `now` when it was bound
     /// ahead of its slot).
     last_slot: Instant,
+    /// Share of the ack-eliciting packets lost on this link while it worked (see
+    /// [`LOSS_GAIN`]), as of `loss_rate_time`.
+    loss_rate: f64,
+    loss_rate_time: Instant,
 }
+
+/// Gain of the loss-rate average per ack-eliciting packet acknowledged or declared lost:
+/// the rate follows about the last 1 / `LOSS_GAIN` packets. Only the losses that the
+/// acknowledgement of a later packet on the same link reveals count (the link works and
+/// dropped that one); packets that expire on a link that stopped answering do not, so a
+/// link returns from an outage with the loss rate it had.
+const LOSS_GAIN: f64 = 1.0 / 32.0;
+
+/// A loss rate that no acknowledgement or loss has updated for this long has fallen to
+/// 1/e of its value: a link that lost so much that it was no longer used is tried again
+/// and measured anew rather than judged forever by its last packets.
+const LOSS_MEMORY: Duration = Duration::from_secs(1);
 
 /// Packets that were acknowledged or declared lost by one ACK frame.
 #[derive(Debug, Default)]
@@ -538,6 +557,8 @@ impl Link {
             announce: false,
             stats: LinkStats::default(),
             last_slot: Instant::ZERO,
+            loss_rate: 0.0,
+            loss_rate_time: now,
         }
     }
 
@@ -565,7 +586,17 @@ impl Link {
                 .map_or(Duration::ZERO, Controller::queue_delay),
             competitive: self.cc.as_ref().is_some_and(Controller::competitive),
             bytes_in_flight: self.bytes_in_flight,
+            loss_rate: self.loss_rate_at(now),
         }
+    }
+
+    /// The loss rate, forgotten over [`LOSS_MEMORY`] since it was last updated.
+    fn loss_rate_at(&self, now: Instant) -> f64 {
+        if self.loss_rate == 0.0 {
+            return 0.0;
+        }
+        let idle = now.saturating_duration_since(self.loss_rate_time);
+        self.loss_rate * (-idle.as_secs_f64() / LOSS_MEMORY.as_secs_f64()).exp()
     }
 
     /// Brings a view made by [`Self::view`] up to date after this link sent a datagram or
@@ -855,6 +886,9 @@ impl Link {
             }
         }
         if out.newly_acked > 0 {
+            self.loss_rate = self.loss_rate_at(now)
+                * (1.0 - LOSS_GAIN).powi(out.newly_acked.min(1 << 16) as i32);
+            self.loss_rate_time = now;
             self.probe_expiry_scale = 1;
             self.last_ack_time = now;
             self.stats.acked += out.newly_acked as u64;
@@ -906,6 +940,8 @@ impl Link {
         };
         let loss_delay = self.rtt.srtt.max(self.rtt.latest) * 9 / 8;
         let base = self.sent_base;
+        let mut loss_rate = self.loss_rate_at(now);
+        let lost_before = self.stats.lost;
         for (i, slot) in self.sent.iter_mut().enumerate() {
             let pn = base + i as u64;
             if pn >= largest {
@@ -921,12 +957,17 @@ impl Link {
                     self.in_flight -= 1;
                     self.bytes_in_flight -= p.size;
                     self.stats.lost += 1;
+                    loss_rate += LOSS_GAIN * (1.0 - loss_rate);
                     if let Some(c) = &mut self.cc {
                         c.on_loss();
                     }
                     lost.push(p);
                 }
             }
+        }
+        if self.stats.lost > lost_before {
+            self.loss_rate = loss_rate;
+            self.loss_rate_time = now;
         }
         self.trim_sent();
     }

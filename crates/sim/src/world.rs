@@ -516,7 +516,7 @@ impl World {
                             eprintln!(
                                 "{:.3} {n} link {} {:?} cwnd {} rate {:.2} Mb/s queue {:?} \
                                  competitive {} in flight {} srtt {:?} min {:?} tx {:.2} Mb/s \
-                                 below {}",
+                                 below {} loss {:.3}",
                                 t.as_secs_f64(),
                                 v.id.0,
                                 v.state,
@@ -528,7 +528,8 @@ impl World {
                                 v.srtt,
                                 v.min_rtt,
                                 v.tx_rate * 8e-6,
-                                v.below_binding
+                                v.below_binding,
+                                v.loss_rate
                             );
                         }
                     }

@@ -1016,3 +1016,54 @@ fn an_aggregate_packet_lost_on_a_working_link_comes_by_another() {
     assert_eq!(c.reinjections_tracked(), 0);
     assert_eq!(c.reinject_pending(), 0);
 }
+
+/// A link's loss rate follows what it loses while it works and returns to zero once it
+/// stops losing (issue 5's third point: the aggregate policy weighs it, so a link's share
+/// of a backlog returns with it). Link 1 drops every fifth data datagram for the first
+/// 3 s, then nothing; a stream that needs both links loses no packet.
+#[test]
+fn a_links_loss_rate_follows_its_losses_and_returns_when_they_stop() {
+    const PORT: u16 = 9410;
+    let clean_from = at_ms(3000);
+    let mut pair = PairBuilder::new()
+        // 6 Mb/s each; the flow sends 9.6 Mb/s.
+        .link(LinkSpec::new(ms(10)).rate_bps(6e6))
+        .link(LinkSpec::new(ms(15)).rate_bps(6e6))
+        .config(|c| c.default_policy = crate::PolicyKind::Aggregate)
+        .drop_fn(Box::new(move |d| {
+            d.from == Side::Client
+                && d.link == LinkId(1)
+                && d.time < clean_from
+                && d.data_index.is_some_and(|i| i % 5 == 4)
+        }))
+        .build();
+    let start = at_ms(200);
+    let n = 6000;
+    pair.send_stream(Side::Client, &FlowSpec::bulk(PORT, 1200), n, start, ms(1));
+    let mut rates = Vec::new();
+    for t in [1000, 2000, 2900, 4000, 6000] {
+        pair.drive_until(at_ms(t));
+        rates.push(pair.view(Side::Client, 1).loss_rate);
+        assert_eq!(pair.view(Side::Client, 0).loss_rate, 0.0);
+    }
+    for (t, r) in [1000, 2000, 2900].iter().zip(&rates) {
+        assert!(
+            (0.1..0.35).contains(r),
+            "link 1 lost a fifth of its data; its loss rate at {t} ms: {r:.3} ({rates:.3?})"
+        );
+    }
+    assert!(
+        rates[3] < 0.02 && rates[4] < 0.001,
+        "link 1 stopped losing at 3 s; its loss rate at 4 and 6 s: {rates:.3?}"
+    );
+    pair.drive_until(start + ms(u64::from(n) + 1000));
+    let mut got: Vec<u32> = pair
+        .delivered_inner(Side::Server)
+        .iter()
+        .filter(|i| i.src_port == PORT)
+        .map(|i| i.seq)
+        .collect();
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got.len(), n as usize);
+}
