@@ -406,6 +406,26 @@ impl Endpoint {
             .clamp(self.config.reorder_hold_min, self.config.reorder_hold_max)
     }
 
+    /// How long a gap in a flow whose sender re-sends its losses (DATA_RECOVERED) is worth
+    /// waiting for, from the arrival of the first packet behind it: the sender finds the
+    /// missing packet lost at most 9/8 of its link's RTT after sending it (the time
+    /// threshold, 4.3; the packet threshold is sooner on a busy link) and sends it again
+    /// ahead of backlogged flows on the link where it arrives soonest. With each link's
+    /// RTT variation twice, and the peer's acknowledgement delay: the longest such wait
+    /// over the links the packet may have been lost on, plus the shortest one-way trip of
+    /// the resend. `None` with fewer than two measured links, where nothing is re-sent.
+    fn recovery_wait(&self) -> Option<Duration> {
+        let up = || {
+            self.links
+                .iter()
+                .filter(|l| l.rtt.has_sample && l.state == LinkState::Up)
+        };
+        up().nth(1)?;
+        let found = up().map(|l| l.rtt.srtt * 9 / 8 + l.rtt.rttvar * 2).max()?;
+        let resend = up().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
+        Some(found + self.config.max_ack_delay + resend)
+    }
+
     /// The CoDel interval in force: the configured floor, or `codel_rtt_factor` times the
     /// largest smoothed RTT of the links that are up, whichever is larger.
     pub fn codel_interval(&self) -> Duration {
@@ -740,7 +760,13 @@ impl Endpoint {
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(data.payload);
-        let hold = self.hold_time_at(now);
+        let mut hold = self.hold_time_at(now);
+        if data.recovered
+            && self.config.reorder_hold.is_none()
+            && let Some(wait) = self.recovery_wait()
+        {
+            hold = hold.max(wait.min(self.config.reorder_hold_max));
+        }
         self.reorder
             .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf);
     }
@@ -1274,6 +1300,7 @@ impl Endpoint {
             data.flow.0,
             data.flow_seq as u32,
             &data.payload,
+            data.recover,
         )
         .expect("the packet fitted a DATA frame when first sent");
         data.sent_on |= link_bit(self.links[li].id);
@@ -1377,8 +1404,16 @@ impl Endpoint {
         if self.links[li].rx.ack_deadline.is_some() {
             self.write_ack(now, li, buf, false);
         }
-        wire::emit_data(buf, gseq as u32, flow.0, flow_seq as u32, &queued.data)
-            .expect("tun packets are checked against the DATA frame limit");
+        let recover = kind == PolicyKind::Aggregate;
+        wire::emit_data(
+            buf,
+            gseq as u32,
+            flow.0,
+            flow_seq as u32,
+            &queued.data,
+            recover,
+        )
+        .expect("tun packets are checked against the DATA frame limit");
         self.stats.data_bound += 1;
         self.links[li].stats.data_sent += 1;
         let data = SentData {
@@ -1388,7 +1423,7 @@ impl Endpoint {
             flow_seq,
             sent_on: link_bit(self.links[li].id),
             taken: false,
-            recover: kind == PolicyKind::Aggregate,
+            recover,
         };
         if kind == PolicyKind::Redundant {
             let links = match self.config.redundant_links {

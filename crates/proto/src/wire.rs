@@ -27,6 +27,7 @@
 //! | 0x04 | DATA        | global_seq u32, flow_id u32, flow_seq u32, len u16, len bytes      | yes |
 //! | 0x05 | LINK_STATUS | link u16, state u8 (0 = up, 1 = down)                              | yes |
 //! | 0x06 | RX_TIME     | link u16, pn u64, received_us u64                                  | no  |
+//! | 0x07 | DATA_RECOVERED | as DATA; the sender re-sends the flow's packets lost on a working link | yes |
 //!
 //! # Receiving
 //!
@@ -95,6 +96,7 @@ mod frame_type {
     pub(super) const DATA: u8 = 0x04;
     pub(super) const LINK_STATUS: u8 = 0x05;
     pub(super) const RX_TIME: u8 = 0x06;
+    pub(super) const DATA_RECOVERED: u8 = 0x07;
 }
 
 /// ACK frame length without its extra ranges: type, link, largest, delay, first_range, count.
@@ -578,11 +580,14 @@ pub struct DataFrame<'a> {
     pub flow_seq: u32,
     /// The inner IP packet.
     pub payload: &'a [u8],
+    /// Sent as DATA_RECOVERED: the sender re-sends this flow's packets that a working
+    /// link loses (§3.4), so a gap in it is worth waiting for (§5.2).
+    pub recovered: bool,
 }
 
 impl<'a> DataFrame<'a> {
-    /// Decodes the body of a DATA frame (after its type byte).
-    fn decode(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+    /// Decodes the body of a DATA or DATA_RECOVERED frame (after its type byte).
+    fn decode(r: &mut Reader<'a>, recovered: bool) -> Result<Self, DecodeError> {
         let global_seq = r.u32()?;
         let flow_id = r.u32()?;
         let flow_seq = r.u32()?;
@@ -593,11 +598,12 @@ impl<'a> DataFrame<'a> {
             flow_id,
             flow_seq,
             payload,
+            recovered,
         })
     }
 }
 
-/// Appends a DATA frame carrying `payload` (§3.4).
+/// Appends a DATA frame carrying `payload` (§3.4), as DATA_RECOVERED if `recovered`.
 ///
 /// Returns [`EncodeError::TooLong`], leaving `out` unchanged, if `payload` is longer than
 /// [`MAX_DATA_PAYLOAD`].
@@ -607,10 +613,15 @@ pub fn emit_data(
     flow_id: u32,
     flow_seq: u32,
     payload: &[u8],
+    recovered: bool,
 ) -> Result<(), EncodeError> {
     let len = u16::try_from(payload.len()).map_err(|_| EncodeError::TooLong)?;
     let mut h = [0u8; DATA_FRAME_HEADER_LEN];
-    h[0] = frame_type::DATA;
+    h[0] = if recovered {
+        frame_type::DATA_RECOVERED
+    } else {
+        frame_type::DATA
+    };
     h[1..5].copy_from_slice(&global_seq.to_be_bytes());
     h[5..9].copy_from_slice(&flow_id.to_be_bytes());
     h[9..13].copy_from_slice(&flow_seq.to_be_bytes());
@@ -697,7 +708,8 @@ impl<'a> Iterator for Frames<'a> {
             frame_type::PING => Ok(Frame::Ping),
             frame_type::ACK => AckFrame::decode(&mut r).map(Frame::Ack),
             frame_type::LOSS_REPORT => LossReport::decode(&mut r).map(Frame::LossReport),
-            frame_type::DATA => DataFrame::decode(&mut r).map(Frame::Data),
+            frame_type::DATA => DataFrame::decode(&mut r, false).map(Frame::Data),
+            frame_type::DATA_RECOVERED => DataFrame::decode(&mut r, true).map(Frame::Data),
             frame_type::LINK_STATUS => decode_link_status(&mut r),
             frame_type::RX_TIME => decode_rx_time(&mut r),
             other => Err(DecodeError::UnknownFrame(other)),
@@ -925,25 +937,29 @@ mod tests {
 
     #[test]
     fn data_round_trips() {
-        let d = datagram(|out| emit_data(out, 1, 2, 3, b"inner packet").unwrap());
-        assert_eq!(d.len(), DATA_OVERHEAD + 12);
-        assert_eq!(d.len(), HEADER_LEN + data_frame_len(12));
-        assert_eq!(
-            only_frame(&d),
-            Frame::Data(DataFrame {
-                global_seq: 1,
-                flow_id: 2,
-                flow_seq: 3,
-                payload: b"inner packet",
-            })
-        );
+        for recovered in [false, true] {
+            let d = datagram(|out| emit_data(out, 1, 2, 3, b"inner packet", recovered).unwrap());
+            assert_eq!(d.len(), DATA_OVERHEAD + 12);
+            assert_eq!(d.len(), HEADER_LEN + data_frame_len(12));
+            assert_eq!(d[HEADER_LEN], if recovered { 0x07 } else { 0x04 });
+            assert_eq!(
+                only_frame(&d),
+                Frame::Data(DataFrame {
+                    global_seq: 1,
+                    flow_id: 2,
+                    flow_seq: 3,
+                    payload: b"inner packet",
+                    recovered,
+                })
+            );
+        }
     }
 
     #[test]
     fn data_empty_and_max_payload_round_trip() {
         for len in [0, MAX_DATA_PAYLOAD] {
             let payload = vec![0xab; len];
-            let d = datagram(|out| emit_data(out, 9, 8, 7, &payload).unwrap());
+            let d = datagram(|out| emit_data(out, 9, 8, 7, &payload, false).unwrap());
             let Frame::Data(data) = only_frame(&d) else {
                 panic!("not data");
             };
@@ -956,7 +972,7 @@ mod tests {
         let mut out = vec![1, 2, 3];
         let payload = vec![0; MAX_DATA_PAYLOAD + 1];
         assert_eq!(
-            emit_data(&mut out, 0, 0, 0, &payload),
+            emit_data(&mut out, 0, 0, 0, &payload, false),
             Err(EncodeError::TooLong)
         );
         assert_eq!(out, [1, 2, 3]);
@@ -1165,7 +1181,7 @@ mod tests {
         let d = datagram(|out| {
             emit_ack(out, 2, 10, &[5..=9]);
             emit_loss_report(out, &[entry]);
-            emit_data(out, 100, 5, 6, b"abc").unwrap();
+            emit_data(out, 100, 5, 6, b"abc", false).unwrap();
             emit_padding(out, 20);
         });
         let (hdr, frames) = parse(&d).unwrap();
@@ -1185,6 +1201,7 @@ mod tests {
                 flow_id: 5,
                 flow_seq: 6,
                 payload: b"abc",
+                recovered: false,
             })
         );
         assert_eq!(frames[3], Frame::Padding);
@@ -1232,12 +1249,12 @@ mod tests {
     fn unknown_frame_is_rejected_and_stops_iteration() {
         let d = datagram(|out| {
             emit_ping(out);
-            out.push(0x07);
+            out.push(0x08);
             emit_ping(out);
         });
         let (_, frames) = parse(&d).unwrap();
         let got: Vec<_> = frames.collect();
-        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x07))]);
+        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x08))]);
     }
 
     #[test]
@@ -1283,7 +1300,7 @@ mod tests {
                     lost: 6,
                 }],
             );
-            emit_data(out, 1, 2, 3, &[9; 40]).unwrap();
+            emit_data(out, 1, 2, 3, &[9; 40], false).unwrap();
             emit_link_status(out, 4, LinkState::Down);
             emit_padding(out, 8);
         });
@@ -1385,6 +1402,7 @@ mod tests {
             flow_id: u32,
             flow_seq: u32,
             payload: Vec<u8>,
+            recovered: bool,
         },
         LinkStatus {
             link: u16,
@@ -1446,13 +1464,17 @@ mod tests {
                 any::<u32>(),
                 any::<u32>(),
                 any::<u32>(),
-                prop::collection::vec(any::<u8>(), 0..64)
+                prop::collection::vec(any::<u8>(), 0..64),
+                any::<bool>()
             )
-                .prop_map(|(global_seq, flow_id, flow_seq, payload)| Model::Data {
-                    global_seq,
-                    flow_id,
-                    flow_seq,
-                    payload
+                .prop_map(|(global_seq, flow_id, flow_seq, payload, recovered)| {
+                    Model::Data {
+                        global_seq,
+                        flow_id,
+                        flow_seq,
+                        payload,
+                        recovered,
+                    }
                 }),
             (any::<u16>(), state).prop_map(|(link, state)| Model::LinkStatus { link, state }),
         ]
@@ -1476,7 +1498,8 @@ mod tests {
                 flow_id,
                 flow_seq,
                 payload,
-            } => emit_data(out, *global_seq, *flow_id, *flow_seq, payload).unwrap(),
+                recovered,
+            } => emit_data(out, *global_seq, *flow_id, *flow_seq, payload, *recovered).unwrap(),
             Model::LinkStatus { link, state } => emit_link_status(out, *link, *state),
         }
     }
@@ -1506,12 +1529,14 @@ mod tests {
                     flow_id,
                     flow_seq,
                     payload,
+                    recovered,
                 },
             ) => {
                 data.global_seq == *global_seq
                     && data.flow_id == *flow_id
                     && data.flow_seq == *flow_seq
                     && data.payload == &payload[..]
+                    && data.recovered == *recovered
             }
             (Frame::LinkStatus { link, state }, Model::LinkStatus { link: l, state: s }) => {
                 link == l && state == s

@@ -53,15 +53,18 @@ fn aggregate_gets_the_sum_of_the_links_for_one_tcp_flow() {
 /// 10 + 10 Mb/s (20 s) where the slower link loses 1 % of its packets got 9.0 Mb/s, under
 /// the better link alone (9.4 with min-rtt), and 2.7 with 1 % on both: the inner TCP
 /// took each link's random loss for congestion. A packet of an aggregate flow declared
-/// lost on a link that works is now sent again on another (11.8 and 11.2 Mb/s).
+/// lost on a link that works is now sent again on another (11.8 and 11.2 Mb/s), and the
+/// receiver waits for it instead of giving its gap up at the links' delay spread (17.1,
+/// 13.0 with 5 % on the slower link, 12.9 with 1 % on both).
 #[test]
 fn a_lossy_link_does_not_drag_an_aggregate_flow_below_the_better_link() {
     let base = with(&scenario("aggregate.toml"), &["scenario.duration_s=20.0"]);
     let alone = run(&with(&base, &["late.policy=\"min-rtt\""]), Mode::Late).unwrap();
     let alone = flow(&alone, "bulk").goodput_mbps;
     for (sets, floor) in [
-        (vec!["links.1.loss=0.01"], 1.2 * alone),
-        (vec!["links.0.loss=0.01", "links.1.loss=0.01"], alone),
+        (vec!["links.1.loss=0.01"], 1.6 * alone),
+        (vec!["links.1.loss=0.05"], 1.3 * alone),
+        (vec!["links.0.loss=0.01", "links.1.loss=0.01"], 1.2 * alone),
     ] {
         let r = run(&with(&base, &sets), Mode::Late).unwrap();
         let g = flow(&r, "bulk").goodput_mbps;

@@ -1020,7 +1020,8 @@ fn an_aggregate_packet_lost_on_a_working_link_comes_by_another() {
 /// A link's loss rate follows what it loses while it works and returns to zero once it
 /// stops losing (issue 5's third point: the aggregate policy weighs it, so a link's share
 /// of a backlog returns with it). Link 1 drops every fifth data datagram for the first
-/// 3 s, then nothing; a stream that needs both links loses no packet.
+/// 3 s, then nothing; a stream that needs both links loses no packet and gets every one
+/// in order.
 #[test]
 fn a_links_loss_rate_follows_its_losses_and_returns_when_they_stop() {
     const PORT: u16 = 9410;
@@ -1057,13 +1058,57 @@ fn a_links_loss_rate_follows_its_losses_and_returns_when_they_stop() {
         "link 1 stopped losing at 3 s; its loss rate at 4 and 6 s: {rates:.3?}"
     );
     pair.drive_until(start + ms(u64::from(n) + 1000));
-    let mut got: Vec<u32> = pair
-        .delivered_inner(Side::Server)
-        .iter()
-        .filter(|i| i.src_port == PORT)
-        .map(|i| i.seq)
-        .collect();
-    got.sort_unstable();
-    got.dedup();
-    assert_eq!(got.len(), n as usize);
+    // Every packet lost was sent again (DATA_RECOVERED), and the receiver waited for it
+    // instead of giving its gap up at the links' delay spread.
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&PORT].len(), n as usize);
+    assert_eq!(pair.server.stats().reorder.gaps_skipped, 0);
+}
+
+/// A gap in a flow whose sender re-sends its losses (an aggregate flow, DATA_RECOVERED)
+/// is waited for as long as finding the loss and the resend take; a gap in any other flow
+/// is given up at the hold time from the links' delay spread, as before. Two links, 10
+/// and 15 ms; every datagram carrying packet 5 of a slow stream is lost, so that the
+/// gap is given up in both cases, and when shows how long it was waited for.
+#[test]
+fn only_a_recovered_flows_gap_waits_for_a_resend() {
+    const PORT: u16 = 9420;
+    let run = |policy: crate::PolicyKind| {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)))
+            .link(LinkSpec::new(ms(15)))
+            .config(move |c| c.default_policy = policy)
+            .drop_fn(drop_packet(PORT, 5))
+            .build();
+        // A warm-up stream on both links first, so that their RTT variation settles.
+        let warm = FlowSpec::bulk(PORT + 1, 100);
+        pair.send_stream(Side::Client, &warm, 400, at_ms(100), ms(1));
+        pair.send_stream(Side::Server, &warm, 400, at_ms(100), ms(1));
+        pair.send_stream(
+            Side::Client,
+            &FlowSpec::bulk(PORT, 100),
+            20,
+            at_ms(3000),
+            ms(1),
+        );
+        pair.drive_until(at_ms(4000));
+        let first = arrival_of(&pair, Side::Server, PORT, 6).expect("6 arrived");
+        let released = delivery_of(&pair, Side::Server, PORT, 6).expect("6 delivered");
+        let r = pair.server.stats().reorder;
+        assert_eq!(r.gaps_skipped, 1, "{policy:?}: {r:?}");
+        (released - first, pair.server.hold_time())
+    };
+    let (waited, hold) = run(crate::PolicyKind::MinRtt);
+    // The hold as of the end of the run; packet 6 got the one in force at its arrival.
+    assert!(
+        waited <= hold + ms(5),
+        "min-rtt: 6 waited {waited:?}, the hold is {hold:?}"
+    );
+    let (recovered_waited, _) = run(crate::PolicyKind::Aggregate);
+    // Found lost up to 9/8 of link 1's 30 ms RTT after it was sent, and sent again over
+    // link 0 (10 ms one way), with each link's RTT variation.
+    assert!(
+        recovered_waited > waited + ms(10) && recovered_waited < ms(100),
+        "aggregate: 6 waited {recovered_waited:?}; min-rtt: {waited:?}"
+    );
 }
