@@ -413,13 +413,11 @@ impl Endpoint {
     /// ahead of backlogged flows on the link where it arrives soonest. With each link's
     /// RTT variation twice, and the peer's acknowledgement delay: the longest such wait
     /// over the links the packet may have been lost on, plus the shortest one-way trip of
-    /// the resend. `None` with fewer than two measured links, where nothing is re-sent.
+    /// the resend. A link not measured yet counts with the initial RTT and variation (a
+    /// TCP's first window, whose losses a TCP without SACK recovers worst, comes before
+    /// every link is). `None` with fewer than two links up, where nothing is re-sent.
     fn recovery_wait(&self) -> Option<Duration> {
-        let up = || {
-            self.links
-                .iter()
-                .filter(|l| l.rtt.has_sample && l.state == LinkState::Up)
-        };
+        let up = || self.links.iter().filter(|l| l.state == LinkState::Up);
         up().nth(1)?;
         let found = up().map(|l| l.rtt.srtt * 9 / 8 + l.rtt.rttvar * 2).max()?;
         let resend = up().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
