@@ -403,7 +403,7 @@ pub struct LinkView {
     /// Bytes of ack-eliciting packets in flight.
     pub bytes_in_flight: usize,
     /// Share of the packets the link loses while it works (0 to 1), averaged over about
-    /// the last 32 ack-eliciting packets.
+    /// the last 32 ack-eliciting packets, and forgotten over a second without news.
     pub loss_rate: f64,
 }
 
