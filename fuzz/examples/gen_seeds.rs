@@ -255,7 +255,7 @@ fn wire_seeds(root: &Path, ex: &Exchange) {
                         },
                     ],
                 );
-                wire::emit_data(d, 7, 2, 3, b"inner packet").unwrap();
+                wire::emit_data(d, 7, 2, 3, b"inner packet", false).unwrap();
                 wire::emit_link_status(d, 1, wire::LinkState::Down);
                 wire::emit_padding(d, 9);
             },
@@ -319,7 +319,7 @@ fn wire_seeds(root: &Path, ex: &Exchange) {
         "truncated-data",
         &datagram(
             |d| {
-                wire::emit_data(d, 1, 1, 1, &[5; 40]).unwrap();
+                wire::emit_data(d, 1, 1, 1, &[5; 40], false).unwrap();
                 d.truncate(d.len() - 3);
             },
             1,

@@ -650,7 +650,8 @@ impl Driver {
                 let gseq = next_seq(&mut self.peer_gseq, r.u8());
                 let fseq = next_seq(&mut self.peer_fseq[flow], r.u8());
                 let payload = r.short();
-                wire::emit_data(d, gseq as u32, flow as u32, fseq as u32, payload)
+                // Flows 2 and 3 come as DATA_RECOVERED (their sender re-sends losses).
+                wire::emit_data(d, gseq as u32, flow as u32, fseq as u32, payload, flow >= 2)
                     .expect("at most 255 bytes");
             }
             4 => {
@@ -667,7 +668,8 @@ impl Driver {
                 // DATA with raw numbers.
                 let (gseq, flow, fseq) = (r.u32(), r.u32(), r.u32());
                 let payload = r.short();
-                wire::emit_data(d, gseq, flow, fseq, payload).expect("at most 255 bytes");
+                wire::emit_data(d, gseq, flow, fseq, payload, flow & 1 == 1)
+                    .expect("at most 255 bytes");
             }
         }
     }

@@ -196,6 +196,7 @@ fn emit(out: &mut Vec<u8>, frame: &Frame<'_>) {
                 data.flow_id,
                 data.flow_seq,
                 data.payload,
+                data.recovered,
             )
             .expect("a parsed payload fits a DATA frame");
             wire::data_frame_len(data.payload.len())
