@@ -44,13 +44,7 @@ fn urgent_latency_matches_simulator() {
         .expect("scenario");
     let s = sim(&scenario);
     let l = lab(&scenario, "urgent").report;
-    let flow = |r: &latebind_sim::Report| {
-        r.flows
-            .iter()
-            .find(|f| f.name == "urgent")
-            .expect("urgent flow")
-            .clone()
-    };
+    let flow = |r: &latebind_sim::Report| common::flow(r, "urgent").clone();
     let (fs, fl) = (flow(&s), flow(&l));
     assert_eq!(fl.delivered, 1, "{fl:?}");
     let (a, b) = (fs.latency_ms.p50, fl.latency_ms.p50);

@@ -63,13 +63,7 @@ fn urgent_latencies() -> (f64, f64, latebind_lab::LabOutcome) {
     let scenario = urgent();
     let s = sim(&scenario);
     let out = lab(&scenario, LabMode::Late, "late-urgent");
-    let flow = |r: &latebind_sim::Report| {
-        r.flows
-            .iter()
-            .find(|f| f.name == "urgent")
-            .expect("urgent flow")
-            .clone()
-    };
+    let flow = |r: &latebind_sim::Report| common::flow(r, "urgent").clone();
     let (fs, fl) = (flow(&s), flow(&out.report));
     assert_eq!(fl.delivered, 1, "{fl:?}");
     let (a, b) = (fs.latency_ms.p50, fl.latency_ms.p50);
@@ -275,14 +269,7 @@ fn a_flow_outside_the_tunnel_shares_the_link_but_not_the_daemons() {
         })
         .expect("scenario");
     let out = lab(&scenario, LabMode::Late, "late-via-link");
-    let flow = |name: &str| {
-        out.report
-            .flows
-            .iter()
-            .find(|f| f.name == name)
-            .expect("flow")
-            .clone()
-    };
+    let flow = |name: &str| common::flow(&out.report, name).clone();
     let (tunnel, outside) = (flow("tunnel"), flow("outside"));
     for f in [&tunnel, &outside] {
         assert!(f.sent > 400, "{f:?}");
@@ -318,12 +305,7 @@ fn the_aqm_marks_an_ecn_tcp_flow_instead_of_dropping_it() {
     let e = out.report.engine.as_ref().expect("engine counters");
     assert!(e.aqm_marked > 0, "no packet marked: {e:?}");
     assert_eq!(e.aqm_dropped, 0, "ECN-capable packets dropped: {e:?}");
-    let bulk = out
-        .report
-        .flows
-        .iter()
-        .find(|f| f.name == "bulk")
-        .expect("bulk");
+    let bulk = common::flow(&out.report, "bulk");
     assert!(bulk.goodput_mbps > 8.0, "{bulk:?}");
 }
 
@@ -342,12 +324,7 @@ fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
         .and_then(|s| s.with_overrides(["scenario.duration_s=10.0", "links.1.loss=0.05"]))
         .expect("scenario");
     let out = lab(&scenario, LabMode::Late, "late-lossy");
-    let bulk = out
-        .report
-        .flows
-        .iter()
-        .find(|f| f.name == "bulk")
-        .expect("bulk");
+    let bulk = common::flow(&out.report, "bulk");
     assert!(bulk.goodput_mbps > 12.0, "{bulk:?}");
     let e = out.report.engine.as_ref().expect("engine counters");
     assert!(e.reinjected_lost > 0, "{e:?}");

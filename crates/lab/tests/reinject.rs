@@ -35,8 +35,7 @@ fn remote_cut_loses_no_udp_packet_and_stalls_about_one_round_trip() {
     eprintln!("engine {:?}", r.engine);
     let bound = 40.0 + 27.0 + 10.0;
     for name in ["cbr", "tcp"] {
-        let f = r.flows.iter().find(|f| f.name == name).expect("flow");
-        let fs = sim.flows.iter().find(|f| f.name == name).expect("flow");
+        let (f, fs) = (common::flow(r, name), common::flow(&sim, name));
         eprintln!(
             "{name}: max gap lab {:.1} ms, sim {:.1} ms; lost lab {}, sim {}",
             f.max_gap_ms, fs.max_gap_ms, f.lost, fs.lost
@@ -47,7 +46,7 @@ fn remote_cut_loses_no_udp_packet_and_stalls_about_one_round_trip() {
             f.max_gap_ms
         );
     }
-    let cbr = r.flows.iter().find(|f| f.name == "cbr").expect("cbr");
+    let cbr = common::flow(r, "cbr");
     assert_eq!(cbr.lost, 0, "{cbr:?}");
     let e = r.engine.as_ref().expect("engine counters");
     assert!(e.reinjected_timer > 0, "{e:?}");

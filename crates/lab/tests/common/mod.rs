@@ -72,3 +72,14 @@ pub(crate) fn helper_processes() -> Vec<String> {
     }
     found
 }
+
+/// The flow named `name` in a report (lab or simulator).
+pub(crate) fn flow<'a>(
+    r: &'a latebind_sim::Report,
+    name: &str,
+) -> &'a latebind_sim::report::FlowReport {
+    r.flows
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no flow {name} in the report"))
+}
