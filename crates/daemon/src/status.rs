@@ -263,6 +263,10 @@ fn mbps(bytes_per_sec: f64) -> f64 {
     (bytes_per_sec * 8.0 / 1e6 * 1000.0).round() / 1000.0
 }
 
+fn pct(share: f64) -> f64 {
+    (share * 1e5).round() / 1e3
+}
+
 impl SessionStatus {
     /// Snapshot of a session.
     pub fn new(peer: &str, s: &Session, now: Instant, names: &dyn Fn(u16) -> String) -> Self {
@@ -289,7 +293,7 @@ impl SessionStatus {
                     tx_rate_mbps: mbps(v.tx_rate),
                     delivery_rate_mbps: mbps(v.delivery_rate),
                     in_flight: v.in_flight,
-                    loss_pct: (v.loss_rate * 1e5).round() / 1e3,
+                    loss_pct: pct(v.loss_rate),
                     cc_rate_mbps: mbps(v.cc_rate),
                     cwnd_bytes: v.cwnd,
                     queue_delay_ms: ms(v.queue_delay),

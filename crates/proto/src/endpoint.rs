@@ -419,7 +419,9 @@ impl Endpoint {
     fn recovery_wait(&self) -> Option<Duration> {
         let up = || self.links.iter().filter(|l| l.state == LinkState::Up);
         up().nth(1)?;
-        let found = up().map(|l| l.rtt.srtt * 9 / 8 + l.rtt.rttvar * 2).max()?;
+        let found = up()
+            .map(|l| crate::link::loss_delay(l.rtt.srtt) + l.rtt.rttvar * 2)
+            .max()?;
         let resend = up().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
         Some(found + self.config.max_ack_delay + resend)
     }

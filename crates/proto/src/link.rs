@@ -487,6 +487,12 @@ pub(crate) struct Link {
 /// link returns from an outage with the loss rate it had.
 const LOSS_GAIN: f64 = 1.0 / 32.0;
 
+/// The time threshold of loss detection (RFC 9002 6.1.2): a packet still unacknowledged
+/// this long after it was sent, with a later one acknowledged, is lost.
+pub(crate) fn loss_delay(rtt: Duration) -> Duration {
+    rtt * 9 / 8
+}
+
 /// A loss rate that no acknowledgement or loss has updated for this long has fallen to
 /// 1/e of its value: a link that lost so much that it was no longer used is tried again
 /// and measured anew rather than judged forever by its last packets.
@@ -938,7 +944,7 @@ impl Link {
         let Some(largest) = self.largest_acked else {
             return;
         };
-        let loss_delay = self.rtt.srtt.max(self.rtt.latest) * 9 / 8;
+        let loss_delay = loss_delay(self.rtt.srtt.max(self.rtt.latest));
         let base = self.sent_base;
         let mut loss_rate = self.loss_rate_at(now);
         let lost_before = self.stats.lost;
@@ -1087,7 +1093,7 @@ impl Link {
     /// packet below the largest acknowledged).
     pub(crate) fn loss_time(&self) -> Option<Instant> {
         let largest = self.largest_acked?;
-        let loss_delay = self.rtt.srtt.max(self.rtt.latest) * 9 / 8;
+        let loss_delay = loss_delay(self.rtt.srtt.max(self.rtt.latest));
         let base = self.sent_base;
         self.sent
             .iter()

@@ -345,32 +345,39 @@ impl BindPolicy for Aggregate {
         let Some((soonest, soonest_id)) = first else {
             return Binding::Wait;
         };
-        let arrival = |l: &LinkView| {
+        // In one pass, with loss weighed: the link where the packet is expected soonest,
+        // and the soonest of those with room.
+        let mut best: Option<(u64, LinkId, &LinkView)> = None;
+        let mut best_with_room: Option<(u64, LinkId)> = None;
+        for l in usable(links) {
             let raw = Self::arrival_ns(now, packet.len, l);
             let elsewhere = if l.id == soonest_id {
                 second.unwrap_or(raw)
             } else {
                 soonest
             };
-            Self::expected_arrival_ns(raw, l, elsewhere)
-        };
-        let Some(best) = usable(links).min_by_key(|l| (arrival(l), l.id)) else {
+            let key = (Self::expected_arrival_ns(raw, l, elsewhere), l.id);
+            if best.is_none_or(|(e, id, _)| key < (e, id)) {
+                best = Some((key.0, key.1, l));
+            }
+            if l.has_room(now) && best_with_room.is_none_or(|b| key < b) {
+                best_with_room = Some(key);
+            }
+        }
+        let Some((best_arrival, best_id, best)) = best else {
             return Binding::Wait;
         };
         if best.has_room(now) {
-            return Binding::Link(best.id);
+            return Binding::Link(best_id);
         }
         let rate = Self::rate(best);
         if rate <= 0.0 {
             return Binding::Wait;
         }
         // When the backlog would have finished arriving through the best link.
-        let completion = arrival(best) as f64 + packet.backlog as f64 * 1e9 / rate;
-        match usable(links)
-            .filter(|l| l.has_room(now))
-            .min_by_key(|l| (arrival(l), l.id))
-        {
-            Some(l) if (arrival(l) as f64) < completion => Binding::Link(l.id),
+        let completion = best_arrival as f64 + packet.backlog as f64 * 1e9 / rate;
+        match best_with_room {
+            Some((arrival, id)) if (arrival as f64) < completion => Binding::Link(id),
             _ => Binding::Wait,
         }
     }
@@ -388,7 +395,7 @@ impl Aggregate {
         if link.loss_rate <= 0.0 {
             return raw_ns;
         }
-        let found_lost = link.srtt.as_secs_f64() * 1.125e9;
+        let found_lost = crate::link::loss_delay(link.srtt).as_secs_f64() * 1e9;
         let late = (found_lost + elsewhere_ns as f64 - raw_ns as f64).max(0.0);
         raw_ns + (link.loss_rate * late) as u64
     }
