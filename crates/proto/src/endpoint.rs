@@ -26,6 +26,7 @@ use core::time::Duration;
 
 use thiserror::Error;
 
+use crate::cc::Controller;
 use crate::classify::{ClassifyError, classify};
 use crate::config::{Config, ConfigError, LinkConfig, ReinjectTimer, Role};
 use crate::fq::{Decision, FlowQueues, QueueStats};
@@ -452,17 +453,24 @@ impl Endpoint {
                 .iter()
                 .filter(|l| l.state == LinkState::Up && l.rtt.has_sample && !l.config.backup)
         };
-        let spread = match (
-            up().map(|l| l.rtt.srtt).max(),
-            up().map(|l| l.rtt.min).min(),
-        ) {
-            (Some(hi), Some(lo)) => (hi.saturating_sub(lo)) / 2,
-            _ => Duration::ZERO,
+        // A link whose packets lag the fastest path's by more than the receiver waits
+        // for a gap (`reorder_hold_max`) is left out: what it delivers that late is given
+        // up, and a flow's backlog kept long enough to justify it would only send it
+        // packets that come too late (a link with pauses of seconds).
+        let lo = up().map(|l| l.rtt.min).min().unwrap_or_default();
+        let pause_of = |l: &Link| {
+            l.cc.as_ref()
+                .map(Controller::recent_pause)
+                .unwrap_or_default()
         };
-        let pause = up()
-            .filter_map(|l| l.cc.as_ref().map(|c| c.recent_pause()))
+        let hold_max = self.config.reorder_hold_max;
+        let within =
+            || up().filter(move |l| l.rtt.srtt.saturating_sub(lo) / 2 + pause_of(l) <= hold_max);
+        let spread = within()
+            .map(|l| l.rtt.srtt.saturating_sub(lo) / 2)
             .max()
             .unwrap_or_default();
+        let pause = within().map(pause_of).max().unwrap_or_default();
         self.queues.set_aggregate_extra(spread + pause);
     }
 
