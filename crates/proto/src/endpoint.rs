@@ -410,18 +410,25 @@ impl Endpoint {
     /// How long a gap in a flow whose sender re-sends its losses (DATA_RECOVERED) is worth
     /// waiting for, from the arrival of the first packet behind it: the sender finds the
     /// missing packet lost at most 9/8 of its link's RTT after sending it (the time
-    /// threshold, 4.3; the packet threshold is sooner on a busy link) and sends it again
-    /// ahead of backlogged flows on the link where it arrives soonest. With each link's
-    /// RTT variation twice, and the peer's acknowledgement delay: the longest such wait
-    /// over the links the packet may have been lost on, plus the shortest one-way trip of
-    /// the resend. A link not measured yet counts with the initial RTT and variation (a
-    /// TCP's first window, whose losses a TCP without SACK recovers worst, comes before
-    /// every link is). `None` with fewer than two links up, where nothing is re-sent.
+    /// threshold, 4.3; the packet threshold is sooner on a busy link), or, when nothing
+    /// sent after it on that link is acknowledged, when the link's reinjection timer
+    /// expires (SRTT + 4 RTTVAR), and sends it again ahead of backlogged flows on the link
+    /// where it arrives soonest. With each link's RTT variation twice, and the peer's
+    /// acknowledgement delay: the longest such wait over the links the packet may have
+    /// been lost on, plus the shortest one-way trip of the resend. A link not measured yet
+    /// counts with the initial RTT and variation (a TCP's first window, whose losses a TCP
+    /// without SACK recovers worst, comes before every link is). Suspect links count: a
+    /// link that lost the last packets it was given turns suspect when its timer expires,
+    /// and that is when the sender re-sends them on another. `None` with fewer than two
+    /// links up or suspect, where nothing is re-sent.
     fn recovery_wait(&self) -> Option<Duration> {
-        let up = || self.links.iter().filter(|l| l.state == LinkState::Up);
+        let up = || self.links.iter().filter(|l| l.state != LinkState::Down);
         up().nth(1)?;
         let found = up()
-            .map(|l| crate::link::loss_delay(l.rtt.srtt) + l.rtt.rttvar * 2)
+            .map(|l| {
+                (crate::link::loss_delay(l.rtt.srtt) + l.rtt.rttvar * 2)
+                    .max(l.rtt.srtt + l.rtt.rttvar * 4)
+            })
             .max()?;
         let resend = up().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
         Some(found + self.config.max_ack_delay + resend)

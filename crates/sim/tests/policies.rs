@@ -55,7 +55,9 @@ fn aggregate_gets_the_sum_of_the_links_for_one_tcp_flow() {
 /// took each link's random loss for congestion. A packet of an aggregate flow declared
 /// lost on a link that works is now sent again on another (11.8 and 11.2 Mb/s), and the
 /// receiver waits for it instead of giving its gap up at the links' delay spread (17.1,
-/// 13.0 with 5 % on the slower link, 12.9 with 1 % on both).
+/// 13.0 with 5 % on the slower link, 12.9 with 1 % on both). With 10 % the lossy link
+/// carries little, its tail losses turn it suspect, and the receiver now waits for the
+/// resend then too (9.0 -> 11.9 Mb/s).
 #[test]
 fn a_lossy_link_does_not_drag_an_aggregate_flow_below_the_better_link() {
     let base = with(&scenario("aggregate.toml"), &["scenario.duration_s=20.0"]);
@@ -64,6 +66,7 @@ fn a_lossy_link_does_not_drag_an_aggregate_flow_below_the_better_link() {
     for (sets, floor) in [
         (vec!["links.1.loss=0.01"], 1.6 * alone),
         (vec!["links.1.loss=0.05"], 1.3 * alone),
+        (vec!["links.1.loss=0.1"], 1.15 * alone),
         (vec!["links.0.loss=0.01", "links.1.loss=0.01"], 1.2 * alone),
     ] {
         let r = run(&with(&base, &sets), Mode::Late).unwrap();
