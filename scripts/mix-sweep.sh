@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One TCP flow over two links of many mixes the scenario files were not written for
+# (issue 5: a lossy or slow link must not drag the bond down): link rates 10+10, 20+5,
+# 5+20, 10+2, 2+10 and 50+10 Mb/s; one-way delays 10/30, 30/10, 10/100 and 5/5 ms; loss
+# on the second link 0 and LOSS (default 0.02); the flow up and down; 1000-packet FIFOs;
+# 20 s in the simulator. For each mix: the aggregate policy over both links, and each link
+# alone (a scenario with that link only), and the aggregate's goodput over the better
+# link alone. Last, per loss rate: the geometric mean of that ratio and the worst mix.
+# Needs jq (apt-get install jq).
+#
+# Usage: scripts/mix-sweep.sh [LOSS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+loss=${1:-0.02}
+command -v jq >/dev/null || { echo "mix-sweep: needs jq (apt-get install jq)"; exit 1; }
+cargo build --release -q -p latebind
+bin=$PWD/target/release/latebind
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+scenario() { # file direction links (rate:delay:loss ...)
+  local f=$1 d=$2
+  shift 2
+  {
+    printf '[scenario]\nname = "mix"\nduration_s = 20.0\nseed = 1\n'
+    local i=0
+    for l in "$@"; do
+      IFS=: read -r r dl ls <<<"$l"
+      printf '[[links]]\nname = "l%d"\nrate_mbps = %s\ndelay_ms = %s\nqueue_packets = 1000\nloss = %s\n' \
+        "$i" "$r" "$dl" "$ls"
+      i=$((i + 1))
+    done
+    printf '[[flows]]\nname = "bulk"\nkind = "tcp-bulk"\ndirection = "%s"\n' "$d"
+    printf '[late]\npolicy = "aggregate"\n'
+  } >"$f"
+}
+goodput() { "$bin" sim "$1" --mode late --json | jq -r '.flows[0].goodput_mbps'; }
+printf '%-8s %-9s %-6s %-5s %9s %9s %9s %7s\n' rates delays loss dir aggregate "a alone" "b alone" ratio
+results=$dir/results
+for rates in 10:10 20:5 5:20 10:2 2:10 50:10; do
+  for delays in 10:30 30:10 10:100 5:5; do
+    for lb in 0.0 "$loss"; do
+      for d in up down; do
+        IFS=: read -r ra rb <<<"$rates"
+        IFS=: read -r da db <<<"$delays"
+        scenario "$dir/agg.toml" "$d" "$ra:$da:0.0" "$rb:$db:$lb"
+        scenario "$dir/a.toml" "$d" "$ra:$da:0.0"
+        scenario "$dir/b.toml" "$d" "$rb:$db:$lb"
+        g=$(goodput "$dir/agg.toml")
+        a=$(goodput "$dir/a.toml")
+        b=$(goodput "$dir/b.toml")
+        awk -v r="$rates" -v dl="$delays" -v l="$lb" -v d="$d" -v g="$g" -v a="$a" -v b="$b" 'BEGIN {
+          best = a > b ? a : b
+          printf "%-8s %-9s %-6s %-5s %9.2f %9.2f %9.2f %7.2f\n", r, dl, l, d, g, a, b, g / best
+        }' | tee -a "$results"
+      done
+    done
+  done
+done
+echo
+awk '{ n[$3]++; s[$3] += log($8); if (!($3 in w) || $8 < w[$3]) { w[$3] = $8; wm[$3] = $1 " " $2 " " $4 } }
+  END { for (l in n) printf "loss %s: %d mixes, geometric mean of aggregate / better link alone %.3f, worst %.2f (%s)\n",
+        l, n[l], exp(s[l] / n[l]), w[l], wm[l] }' "$results"
