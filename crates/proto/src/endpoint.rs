@@ -26,7 +26,6 @@ use core::time::Duration;
 
 use thiserror::Error;
 
-use crate::cc::Controller;
 use crate::classify::{ClassifyError, classify};
 use crate::config::{Config, ConfigError, LinkConfig, ReinjectTimer, Role};
 use crate::fq::{Decision, FlowQueues, QueueStats};
@@ -422,15 +421,15 @@ impl Endpoint {
     /// and that is when the sender re-sends them on another. `None` with fewer than two
     /// links up or suspect, where nothing is re-sent.
     fn recovery_wait(&self) -> Option<Duration> {
-        let up = || self.links.iter().filter(|l| l.state != LinkState::Down);
-        up().nth(1)?;
-        let found = up()
+        let alive = || self.links.iter().filter(|l| l.state != LinkState::Down);
+        alive().nth(1)?;
+        let found = alive()
             .map(|l| {
                 (crate::link::loss_delay(l.rtt.srtt) + l.rtt.rttvar * 2)
                     .max(l.rtt.srtt + l.rtt.rttvar * 4)
             })
             .max()?;
-        let resend = up().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
+        let resend = alive().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
         Some(found + self.config.max_ack_delay + resend)
     }
 
@@ -465,19 +464,15 @@ impl Endpoint {
         // up, and a flow's backlog kept long enough to justify it would only send it
         // packets that come too late (a link with pauses of seconds).
         let lo = up().map(|l| l.rtt.min).min().unwrap_or_default();
-        let pause_of = |l: &Link| {
-            l.cc.as_ref()
-                .map(Controller::recent_pause)
-                .unwrap_or_default()
-        };
-        let hold_max = self.config.reorder_hold_max;
-        let within =
-            || up().filter(move |l| l.rtt.srtt.saturating_sub(lo) / 2 + pause_of(l) <= hold_max);
-        let spread = within()
-            .map(|l| l.rtt.srtt.saturating_sub(lo) / 2)
-            .max()
-            .unwrap_or_default();
-        let pause = within().map(pause_of).max().unwrap_or_default();
+        let (mut spread, mut pause) = (Duration::ZERO, Duration::ZERO);
+        for l in up() {
+            let lag = l.rtt.srtt.saturating_sub(lo) / 2;
+            let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
+            if lag + paused <= self.config.reorder_hold_max {
+                spread = spread.max(lag);
+                pause = pause.max(paused);
+            }
+        }
         self.queues.set_aggregate_extra(spread + pause);
     }
 
