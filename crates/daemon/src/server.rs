@@ -19,7 +19,7 @@ use latebind_io::clock::monotonic_ns;
 use latebind_io::link::LinkSocket;
 use latebind_io::poll::{Poller, Ready, TOKEN_SIGNAL, TOKEN_TIMER};
 use latebind_io::tun::Tun;
-use latebind_proto::{Config, Endpoint, Instant, LinkConfig, LinkId, Role};
+use latebind_proto::{Config, Endpoint, Instant, LinkId, Role};
 
 use crate::config::ServerConfig;
 use crate::control::Control;
@@ -226,7 +226,6 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                     {
                                         clients.remove(&old);
                                     }
-                                    let link = u16::from_be_bytes([d[6], d[7]]);
                                     let c = clients.entry(acc.session).or_insert_with(|| {
                                         let mut config = Config::new(Role::Server);
                                         config
@@ -256,12 +255,20 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         drops.handshakes_rejected += 1;
                                         continue;
                                     }
-                                    c.session.engine.add_link(
-                                        t,
-                                        LinkId(link),
-                                        LinkConfig::default(),
-                                    );
-                                    c.paths.insert(link, (si, from));
+                                    // The response goes back where the initiation came
+                                    // from, but that is no path for the link its header
+                                    // names: the client sends the same initiation on every
+                                    // link, and the first copy in, the one answered, may
+                                    // have come over another. Taken as the named link's
+                                    // path, it sent that link's datagrams over the other
+                                    // link until the client's own came, and the link's
+                                    // RTT and one-way delay kept a minimum that its path
+                                    // cannot reach: rate control then read a standing
+                                    // queue of the difference and held the link nearly
+                                    // idle for its minimum's window (10 s). The client
+                                    // sends on each of its links at once (link status);
+                                    // each link is learnt from its first authentic
+                                    // datagram.
                                     by_address.insert(address, acc.session);
                                     let _ = sock.send_to(&acc.response, from);
                                     tracing::info!(peer = %name, session = format!("{:08x}", acc.session), "handshake accepted");

@@ -329,3 +329,51 @@ fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
     let e = out.report.engine.as_ref().expect("engine counters");
     assert!(e.reinjected_lost > 0, "{e:?}");
 }
+
+/// The client sends its handshake initiation on every link, all copies naming its first
+/// link, and the server answers the first copy in. Here the first link is the far one
+/// (aggregate.toml's links with their delays swapped: 10 Mb/s at 30 ms first, 10 Mb/s at
+/// 10 ms second), so that copy comes over the near link. The server took its source as
+/// the first link's path: the first link's datagrams went over the near link until the
+/// client's own came, its minimum RTT and one-way delay latched 20 ms under what its path
+/// can give, and rate control read a standing queue of 20 ms and held the link at about
+/// 1 Mb/s for 8 s (a 20 s download got 13.6-14.0 Mb/s of a 20 + 5 Mb/s pair, 5.4 Mb/s in
+/// each of its first 8 s). The download, 6 s, gets both links from its first second.
+#[test]
+fn a_session_whose_first_link_is_the_far_one_uses_it_from_the_start() {
+    if !common::root_or_skip("a_session_whose_first_link_is_the_far_one_uses_it_from_the_start") {
+        return;
+    }
+    let _g = common::serial();
+    let scenario = Scenario::load(&common::scenario("aggregate.toml"))
+        .and_then(|s| {
+            s.with_overrides([
+                "scenario.duration_s=6.0",
+                "links.0.delay_ms=30.0",
+                "links.1.delay_ms=10.0",
+                "flows.0.direction=\"down\"",
+            ])
+        })
+        .expect("scenario");
+    let opts = LabOptions {
+        work_dir: Some(common::test_dir("late-far-first")),
+        ..LabOptions::default()
+    };
+    let out = run_with(&scenario, LabMode::Late, &common::exe(), &opts).expect("lab run");
+    eprintln!("lab:\n{}", out.report.table());
+    let status = std::fs::read_to_string(out.run_dir.join("server-status.json"))
+        .expect("the server's last status");
+    let log = std::fs::read_to_string(out.run_dir.join("server.log")).unwrap_or_default();
+    eprintln!("server-status.json:\n{status}\nserver.log:\n{log}");
+    let _ = std::fs::remove_dir_all(&out.run_dir);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let links = status["sessions"][0]["links"].as_array().expect("links");
+    let link0 = links.iter().find(|l| l["id"] == 0).expect("link 0");
+    let min_rtt = link0["min_rtt_ms"].as_f64().expect("min_rtt_ms");
+    assert!(
+        min_rtt >= 59.0,
+        "the far link's minimum RTT is {min_rtt} ms, under its path's 60 ms"
+    );
+    let bulk = common::flow(&out.report, "bulk");
+    assert!(bulk.goodput_mbps > 14.0, "{bulk:?}");
+}
