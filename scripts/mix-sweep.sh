@@ -18,20 +18,9 @@ bin=$PWD/target/release/latebind
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 scenario() { # file direction links (rate:delay:loss ...)
-  local f=$1 d=$2
-  shift 2
-  {
-    printf '[scenario]\nname = "mix"\nduration_s = 20.0\nseed = 1\n'
-    local i=0
-    for l in "$@"; do
-      IFS=: read -r r dl ls <<<"$l"
-      printf '[[links]]\nname = "l%d"\nrate_mbps = %s\ndelay_ms = %s\nqueue_packets = 1000\nloss = %s\n' \
-        "$i" "$r" "$dl" "$ls"
-      i=$((i + 1))
-    done
-    printf '[[flows]]\nname = "bulk"\nkind = "tcp-bulk"\ndirection = "%s"\n' "$d"
-    printf '[late]\npolicy = "aggregate"\n'
-  } >"$f"
+  local f=$1
+  shift
+  scripts/mix.sh "$@" >"$f"
 }
 goodput() { "$bin" sim "$1" --mode late --json | jq -r '.flows[0].goodput_mbps'; }
 printf '%-8s %-9s %-6s %-5s %9s %9s %9s %7s\n' rates delays loss dir aggregate "a alone" "b alone" ratio

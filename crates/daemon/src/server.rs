@@ -289,9 +289,17 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                             continue;
                         };
                         if c.session.handle_datagram(t, d) {
-                            // Authenticated: this is where that link is reached now.
+                            // Authentic and new (a replay may come from anywhere): this is
+                            // where that link is reached now. Another address than before
+                            // (not only another port: a NAT's rebinding keeps the path)
+                            // may be another path.
                             let link = u16::from_be_bytes([d[6], d[7]]);
-                            c.paths.insert(link, (si, from));
+                            if let Some((old_si, old)) = c.paths.insert(link, (si, from))
+                                && (old_si != si || old.ip() != from.ip())
+                            {
+                                tracing::info!(link, %old, new = %from, "link path changed");
+                                c.session.engine.handle_path_change(t, LinkId(link));
+                            }
                         }
                     }
                 }

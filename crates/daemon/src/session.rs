@@ -196,7 +196,9 @@ impl Session {
         }
     }
 
-    /// Opens a datagram from the network and gives it to the engine.
+    /// Opens a datagram from the network and gives it to the engine. Returns whether it
+    /// was authentic and the engine took it (not a replay): only such a datagram shows
+    /// where its link is reached now.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> bool {
         if !self.established() {
             self.counters.no_keys += 1;
@@ -207,8 +209,7 @@ impl Session {
             return false;
         }
         self.counters.opened += 1;
-        self.engine.handle_datagram(now, &self.open_buf);
-        true
+        self.engine.handle_datagram(now, &self.open_buf)
     }
 
     /// The kernel now holds `queued` bytes of `link`'s datagrams: reports to the engine

@@ -583,6 +583,26 @@ impl Endpoint {
         }
     }
 
+    /// The driver now reaches `link`'s peer at another address (the peer roamed, or a
+    /// NAT gave it another address): the link may run over another path (RFC 9000 9.4).
+    /// Its RTT estimate and its rate control start over, so that a path longer than the
+    /// last one is not read as a standing queue of the difference (rate control would
+    /// hold the link nearly idle for its minimum's window, 10 s), and it is measured again
+    /// at once. Its packets in flight stay: their acknowledgements may still come.
+    pub fn handle_path_change(&mut self, now: Instant, link: LinkId) {
+        let Some(i) = self.link_index(link) else {
+            return;
+        };
+        self.links_changed();
+        let initial = self.config.initial_rtt;
+        let l = &mut self.links[i];
+        l.reset_path(now, initial);
+        if l.state != LinkState::Down {
+            l.ping_due = Some(now);
+        }
+        self.refresh_codel_interval();
+    }
+
     /// The driver reports that the oldest datagram it was given for `link` has left (the
     /// interface took it). This frees a slot of the link's budget below the binding point.
     pub fn handle_tx_done(&mut self, now: Instant, link: LinkId) {
@@ -592,17 +612,21 @@ impl Endpoint {
         }
     }
 
-    /// A datagram from the network.
-    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+    /// A datagram from the network. Returns whether the engine took it: false when it
+    /// is malformed, of another session, of a link the engine cannot add, or a replay
+    /// (its packet number already received on its link, or too old to tell). Only a
+    /// datagram taken shows where its link is reached now: a replay may come from
+    /// anywhere.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> bool {
         self.links_changed();
         self.stats.datagrams_received += 1;
         let Ok((header, frames)) = wire::parse(datagram) else {
             self.stats.malformed += 1;
-            return;
+            return false;
         };
         if header.session != self.config.session {
             self.stats.wrong_session += 1;
-            return;
+            return false;
         }
         // Validate every frame before acting on any (a malformed datagram changes nothing).
         let mut eliciting = false;
@@ -615,7 +639,7 @@ impl Endpoint {
                 }
                 Err(_) => {
                     self.stats.malformed += 1;
-                    return;
+                    return false;
                 }
             }
         }
@@ -629,7 +653,7 @@ impl Endpoint {
             }
             None => {
                 self.stats.unknown_link += 1;
-                return;
+                return false;
             }
         };
         let link = &mut self.links[li];
@@ -638,7 +662,7 @@ impl Endpoint {
         if !link.rx.insert(pn, now) {
             link.stats.duplicate_packets += 1;
             self.stats.duplicate_packets += 1;
-            return;
+            return false;
         }
         link.stats.datagrams_received += 1;
         if eliciting {
@@ -655,6 +679,7 @@ impl Endpoint {
         for frame in frames.flatten() {
             self.apply_frame(now, li, frame);
         }
+        true
     }
 
     fn apply_frame(&mut self, now: Instant, arrived_on: usize, frame: wire::Frame<'_>) {

@@ -446,6 +446,9 @@ pub(crate) struct Link {
     /// The packet number and send time of the packet whose acknowledgement gave the
     /// latest RTT sample: an RX_TIME frame about it gives its one-way delay.
     last_sampled: Option<(u64, Instant)>,
+    /// Packets sent before this time went over the link's previous path
+    /// ([`Link::reset_path`]): their acknowledgements give no RTT sample.
+    path_since: Instant,
     /// Last acknowledgement of this link, duplicate ones included (re-arms the
     /// reinjection timer), or the send on an idle link that armed it.
     pub(crate) last_ack_time: Instant,
@@ -545,6 +548,7 @@ impl Link {
             expired_probes: VecDeque::new(),
             probe_expiry_scale: 1,
             last_sampled: None,
+            path_since: now,
             last_ack_time: now,
             below: VecDeque::new(),
             last_tx_done: now,
@@ -672,6 +676,15 @@ impl Link {
             let r = Self::paced_rate(self.config.pacing_rate, c);
             self.pacer.set_rate(now, r);
         }
+    }
+
+    /// The link may run over another path now: its RTT estimate and rate control start
+    /// over (what is in flight stays recorded).
+    pub(crate) fn reset_path(&mut self, now: Instant, initial_rtt: Duration) {
+        self.rtt = Rtt::new(initial_rtt);
+        self.last_sampled = None;
+        self.path_since = now;
+        self.reset_rate_control(now, initial_rtt);
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.
@@ -857,7 +870,7 @@ impl Link {
                 let Some(p) = slot.take() else {
                     continue;
                 };
-                if pn == largest {
+                if pn == largest && p.time >= self.path_since {
                     rtt_sample = Some(now - p.time);
                     self.last_sampled = Some((pn, p.time));
                 }

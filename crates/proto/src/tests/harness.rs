@@ -555,7 +555,8 @@ impl Pair {
     }
 
     /// Feeds `side` a datagram from outside the model (replays, garbage) now.
-    pub(crate) fn inject(&mut self, side: Side, link: LinkId, bytes: &[u8]) {
+    /// Returns whether the engine took it ([`Endpoint::handle_datagram`]).
+    pub(crate) fn inject(&mut self, side: Side, link: LinkId, bytes: &[u8]) -> bool {
         let now = self.now;
         self.arrivals.push(Arrival {
             time: now,
@@ -563,8 +564,17 @@ impl Pair {
             link,
             bytes: bytes.to_vec(),
         });
-        self.endpoint(side).handle_datagram(now, bytes);
+        let taken = self.endpoint(side).handle_datagram(now, bytes);
         self.flush(side);
+        taken
+    }
+
+    /// The link's path changes: datagrams leaving from now on take `one_way` each way
+    /// (those on the wire keep their delay).
+    pub(crate) fn set_delay(&mut self, link: u16, one_way: Duration) {
+        let spec = &mut self.links[usize::from(link)].spec;
+        spec.up = one_way;
+        spec.down = one_way;
     }
 
     /// A local interface event at the client. Down also empties the interface queue and

@@ -813,9 +813,12 @@ fn duplicate_and_garbage_datagrams_dropped_and_counted() {
         .clone();
     let before = pair.server.stats();
     let mut injected = 0;
+    // Every one of them is refused (`handle_datagram` returns false: a driver then takes
+    // none as news of where its link is reached) but the one under a fresh number.
     let mut inject = |pair: &mut Pair, link: u16, bytes: &[u8]| {
-        pair.inject(Side::Server, LinkId(link), bytes);
         injected += 1;
+        let taken = pair.inject(Side::Server, LinkId(link), bytes);
+        assert_eq!(taken, link == 7, "datagram {injected} on link {link}");
     };
 
     // The same datagram again: its packet number was seen.
@@ -1163,5 +1166,52 @@ fn a_recovered_flows_gap_is_waited_for_while_a_link_is_suspect() {
         released - first > hold + ms(10),
         "6 waited {:?}; the spread's hold is {hold:?}",
         released - first
+    );
+}
+
+// ---- Path changes ----
+
+/// The driver reaches a link's peer at another address, and the path is longer now: 10 ms
+/// each way, then 30. A client sends 9.6 Mb/s over a 10 Mb/s link under rate control.
+/// After `handle_path_change`, the link's minimum RTT is the new path's and rate control
+/// reads no standing queue; without it (the control run), the old minimum stays, and the
+/// controller reads the 40 ms of difference as a queue and holds the link back.
+#[test]
+fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
+    let run = |change: bool| {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)).rate_bps(10e6))
+            .config(|c| c.rate_control = true)
+            .build();
+        let flow = FlowSpec::bulk(11_000, 1160);
+        pair.send_stream(Side::Client, &flow, 3000, at_ms(100), ms(1));
+        pair.drive_until(at_ms(1000));
+        pair.set_delay(0, ms(30));
+        if change {
+            let now = pair.now;
+            pair.client.handle_path_change(now, LinkId(0));
+        }
+        pair.drive_until(at_ms(2100));
+        let before = pair.delivered[1].len();
+        pair.drive_until(at_ms(3100));
+        let last_second = pair.delivered[1].len() - before;
+        (pair.view(Side::Client, 0), last_second)
+    };
+    let (changed, delivered) = run(true);
+    assert!(changed.min_rtt >= ms(60), "{changed:?}");
+    assert!(changed.queue_delay < ms(10), "{changed:?}");
+    assert!(delivered >= 900, "{delivered} packets in the last second");
+    let (kept, kept_delivered) = run(false);
+    assert!(
+        kept.min_rtt < ms(25),
+        "the control run kept the old minimum: {kept:?}"
+    );
+    assert!(
+        kept_delivered * 2 < delivered,
+        "the control run is held back: {kept_delivered} against {delivered}"
+    );
+    eprintln!(
+        "changed: {:?} queue {:?} {delivered}; kept: {:?} queue {:?} {kept_delivered}",
+        changed.min_rtt, changed.queue_delay, kept.min_rtt, kept.queue_delay
     );
 }
