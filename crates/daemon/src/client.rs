@@ -273,7 +273,11 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         // Reuse the buffer: the handlers below borrow the rest of the state.
         let batch = std::mem::take(&mut ready);
 
-        let t = now();
+        // Read again as each datagram or packet is taken, so that an input read late in a
+        // long batch (a burst, or the process descheduled mid-way) is not stamped with the
+        // batch's start: an acknowledgement stamped early gives an RTT sample under the
+        // path's, and the link's minimum keeps it for its window.
+        let mut t = now();
         for &r in &batch {
             match r.token {
                 TOKEN_SIGNAL => {
@@ -295,6 +299,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                 TOKEN_TUN => loop {
                     match tun.recv(&mut tunbuf) {
                         Ok(n) => {
+                            t = now();
                             let p = &mut tunbuf[..n];
                             clamp_mss(p, max_mss);
                             let _ = session.engine.handle_tun_packet(t, p);
@@ -391,6 +396,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     loop {
                         match l.socket.recv_from(&mut rxbuf) {
                             Ok((n, from)) => {
+                                t = now();
                                 let d = &rxbuf[..n];
                                 if from != l.server {
                                     continue;

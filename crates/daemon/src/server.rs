@@ -148,7 +148,11 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         poller.wait(&mut ready, 1000)?;
         // Reuse the buffer: the handlers below borrow the rest of the state.
         let batch = std::mem::take(&mut ready);
-        let t = now();
+        // Read again as each datagram or packet is taken, so that an input read late in a
+        // long batch (a burst, or the process descheduled mid-way) is not stamped with the
+        // batch's start: an acknowledgement stamped early gives an RTT sample under the
+        // path's, and the link's minimum keeps it for its window.
+        let mut t = now();
         for &r in &batch {
             match r.token {
                 TOKEN_SIGNAL => {
@@ -172,6 +176,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                 TOKEN_TUN => loop {
                     match tun.recv(&mut tunbuf) {
                         Ok(n) => {
+                            t = now();
                             let p = &mut tunbuf[..n];
                             let Some((_, dst)) = ipv4_addrs(p) else {
                                 // Clients have IPv4 virtual addresses only.
@@ -206,6 +211,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                     };
                     // Until WouldBlock (or any error): drain the socket.
                     while let Ok((n, from)) = sock.recv_from(&mut rxbuf) {
+                        t = now();
                         let d = &rxbuf[..n];
                         if latebind_crypto::is_handshake(d) {
                             // No DoS cookie yet: bound the X25519 work an attacker can cause.
