@@ -8,10 +8,26 @@
 # link alone. Last, per loss rate: the geometric mean of that ratio and the worst mix.
 # Needs jq (apt-get install jq).
 #
-# Usage: scripts/mix-sweep.sh [LOSS]
+# With --lab (root): the same in the lab (`latebind lab`, kernel TCP), over the flow down
+# and the delays 30/10 and 10/100 only (24 mixes, 60 runs of 25 s: about 25 minutes).
+#
+# Usage: scripts/mix-sweep.sh [LOSS] [--lab]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-loss=${1:-0.02}
+loss=0.02
+mode=sim
+for arg in "$@"; do
+  case $arg in
+    --lab) mode=lab ;;
+    *) loss=$arg ;;
+  esac
+done
+directions="up down"
+delay_pairs="10:30 30:10 10:100 5:5"
+if [ "$mode" = lab ]; then
+  directions=down
+  delay_pairs="30:10 10:100"
+fi
 command -v jq >/dev/null || { echo "mix-sweep: needs jq (apt-get install jq)"; exit 1; }
 cargo build --release -q -p latebind
 bin=$PWD/target/release/latebind
@@ -22,14 +38,15 @@ scenario() { # file direction links (rate:delay:loss ...)
   shift
   scripts/mix.sh "$@" >"$f"
 }
-goodput() { "$bin" sim "$1" --mode late --json | jq -r '.flows[0].goodput_mbps'; }
+# (The lab's notes on stderr, the same for every run, are left out.)
+goodput() { "$bin" "$mode" "$1" --mode late --json 2> >(grep -v '^note:' >&2) | jq -r '.flows[0].goodput_mbps'; }
 printf '%-8s %-9s %-6s %-5s %9s %9s %9s %7s\n' rates delays loss dir aggregate "a alone" "b alone" ratio
 results=$dir/results
 for rates in 10:10 20:5 5:20 10:2 2:10 50:10; do
   IFS=: read -r ra rb <<<"$rates"
-  for delays in 10:30 30:10 10:100 5:5; do
+  for delays in $delay_pairs; do
     IFS=: read -r da db <<<"$delays"
-    for d in up down; do
+    for d in $directions; do
       # The first link loses nothing: alone, it is the same run at every loss rate.
       scenario "$dir/a.toml" "$d" "$ra:$da:0.0"
       a=$(goodput "$dir/a.toml")
