@@ -931,8 +931,9 @@ impl Endpoint {
                     l.stats.longest_suspect = l.stats.longest_suspect.max(d);
                 }
                 if from == LinkState::Down {
-                    // It may be another path now (another cell, another access point).
-                    l.reset_rate_control(now, self.config.initial_rtt);
+                    // It may be another path now (another cell, another access point):
+                    // measured again from the start, as after a change of address.
+                    l.reset_path(now, self.config.initial_rtt);
                 }
                 // Measure it again at once.
                 l.ping_due = Some(now);

@@ -1173,12 +1173,19 @@ fn a_recovered_flows_gap_is_waited_for_while_a_link_is_suspect() {
 
 /// The driver reaches a link's peer at another address, and the path is longer now: 10 ms
 /// each way, then 30. A client sends 9.6 Mb/s over a 10 Mb/s link under rate control.
-/// After `handle_path_change`, the link's minimum RTT is the new path's and rate control
-/// reads no standing queue; without it (the control run), the old minimum stays, and the
+/// After `handle_path_change`, or the interface going down and up (another cell, another
+/// access point), the link's minimum RTT is the new path's and rate control reads no
+/// standing queue; without either (the control run), the old minimum stays, and the
 /// controller reads the 40 ms of difference as a queue and holds the link back.
 #[test]
 fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
-    let run = |change: bool| {
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Change {
+        Address,
+        DownUp,
+        Unnoticed,
+    }
+    let run = |change: Change| {
         let mut pair = PairBuilder::new()
             .link(LinkSpec::new(ms(10)).rate_bps(10e6))
             .config(|c| c.rate_control = true)
@@ -1187,9 +1194,17 @@ fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
         pair.send_stream(Side::Client, &flow, 3000, at_ms(100), ms(1));
         pair.drive_until(at_ms(1000));
         pair.set_delay(0, ms(30));
-        if change {
-            let now = pair.now;
-            pair.client.handle_path_change(now, LinkId(0));
+        match change {
+            Change::Address => {
+                let now = pair.now;
+                pair.client.handle_path_change(now, LinkId(0));
+            }
+            Change::DownUp => {
+                pair.link_change(0, LinkChange::Down);
+                pair.drive_until(at_ms(1050));
+                pair.link_change(0, LinkChange::Up);
+            }
+            Change::Unnoticed => {}
         }
         pair.drive_until(at_ms(2100));
         let before = pair.delivered[1].len();
@@ -1197,21 +1212,26 @@ fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
         let last_second = pair.delivered[1].len() - before;
         (pair.view(Side::Client, 0), last_second)
     };
-    let (changed, delivered) = run(true);
-    assert!(changed.min_rtt >= ms(60), "{changed:?}");
-    assert!(changed.queue_delay < ms(10), "{changed:?}");
-    assert!(delivered >= 900, "{delivered} packets in the last second");
-    let (kept, kept_delivered) = run(false);
+    let (kept, kept_delivered) = run(Change::Unnoticed);
     assert!(
         kept.min_rtt < ms(25),
         "the control run kept the old minimum: {kept:?}"
     );
-    assert!(
-        kept_delivered * 2 < delivered,
-        "the control run is held back: {kept_delivered} against {delivered}"
-    );
-    eprintln!(
-        "changed: {:?} queue {:?} {delivered}; kept: {:?} queue {:?} {kept_delivered}",
-        changed.min_rtt, changed.queue_delay, kept.min_rtt, kept.queue_delay
-    );
+    for change in [Change::Address, Change::DownUp] {
+        let (v, delivered) = run(change);
+        eprintln!(
+            "{change:?}: {:?} queue {:?} {delivered}; unnoticed: {:?} queue {:?} {kept_delivered}",
+            v.min_rtt, v.queue_delay, kept.min_rtt, kept.queue_delay
+        );
+        assert!(v.min_rtt >= ms(60), "{change:?}: {v:?}");
+        assert!(v.queue_delay < ms(10), "{change:?}: {v:?}");
+        assert!(
+            delivered >= 900,
+            "{change:?}: {delivered} packets in the last second"
+        );
+        assert!(
+            kept_delivered * 2 < delivered,
+            "the control run is held back: {kept_delivered} against {delivered}"
+        );
+    }
 }
