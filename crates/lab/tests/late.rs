@@ -17,6 +17,18 @@ fn lab_with(
     name: &str,
     opts: LabOptions,
 ) -> latebind_lab::LabOutcome {
+    lab_inspect(scenario, mode, name, opts, |_| {})
+}
+
+/// [`lab_with`], and `inspect` reads the run's folder (daemon logs, last statuses)
+/// before it is removed.
+fn lab_inspect(
+    scenario: &Scenario,
+    mode: LabMode,
+    name: &str,
+    opts: LabOptions,
+    inspect: impl FnOnce(&std::path::Path),
+) -> latebind_lab::LabOutcome {
     let opts = LabOptions {
         work_dir: Some(common::test_dir(name)),
         ..opts
@@ -42,6 +54,7 @@ fn lab_with(
         }
         eprintln!("{file}:\n{}", &text[from..]);
     }
+    inspect(&out.run_dir);
     let _ = std::fs::remove_dir_all(&out.run_dir);
     out
 }
@@ -355,17 +368,17 @@ fn a_session_whose_first_link_is_the_far_one_uses_it_from_the_start() {
             ])
         })
         .expect("scenario");
-    let opts = LabOptions {
-        work_dir: Some(common::test_dir("late-far-first")),
-        ..LabOptions::default()
-    };
-    let out = run_with(&scenario, LabMode::Late, &common::exe(), &opts).expect("lab run");
-    eprintln!("lab:\n{}", out.report.table());
-    let status = std::fs::read_to_string(out.run_dir.join("server-status.json"))
-        .expect("the server's last status");
-    let log = std::fs::read_to_string(out.run_dir.join("server.log")).unwrap_or_default();
-    eprintln!("server-status.json:\n{status}\nserver.log:\n{log}");
-    let _ = std::fs::remove_dir_all(&out.run_dir);
+    let mut status = String::new();
+    let out = lab_inspect(
+        &scenario,
+        LabMode::Late,
+        "late-far-first",
+        LabOptions::default(),
+        |dir| {
+            status = std::fs::read_to_string(dir.join("server-status.json"))
+                .expect("the server's last status");
+        },
+    );
     let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
     let links = status["sessions"][0]["links"].as_array().expect("links");
     let link0 = links.iter().find(|l| l["id"] == 0).expect("link 0");
