@@ -460,7 +460,13 @@ fn client_status(
         tun: tun.into(),
         mtu,
         uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
-        sessions: vec![SessionStatus::new("server", session, t, &names)],
+        sessions: vec![{
+            let mut st = SessionStatus::new("server", session, t, &names);
+            for l in &mut st.links {
+                l.peer_address = links.get(usize::from(l.id)).map(|c| c.server.to_string());
+            }
+            st
+        }],
         handshakes_rejected: 0,
         unknown_session: 0,
         no_client_for_destination: 0,

@@ -411,7 +411,11 @@ fn server_status(
             .into_iter()
             .map(|id| {
                 let c = &clients[id];
-                SessionStatus::new(&c.name, &c.session, t, &|l| format!("link{l}"))
+                let mut st = SessionStatus::new(&c.name, &c.session, t, &|l| format!("link{l}"));
+                for l in &mut st.links {
+                    l.peer_address = c.paths.get(&l.id).map(|(_, a)| a.to_string());
+                }
+                st
             })
             .collect(),
         handshakes_rejected: drops.handshakes_rejected,

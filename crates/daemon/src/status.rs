@@ -15,6 +15,11 @@ use crate::session::{Session, SessionCounters};
 pub struct LinkStatus {
     /// Configured name (client) or `link<id>` (server).
     pub name: String,
+    /// Where the peer is reached on this link: the client's configured server address; on
+    /// the server, the address the link's last datagram came from (it moves when the
+    /// client's network changes). `None` before the server has heard from the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_address: Option<String>,
     /// Wire id.
     pub id: u16,
     /// up | suspect | down.
@@ -279,6 +284,7 @@ impl SessionStatus {
                 let ls = e.link_stats(v.id).unwrap_or_default();
                 LinkStatus {
                     name: names(v.id.0),
+                    peer_address: None,
                     id: v.id.0,
                     state: match v.state {
                         LinkState::Up => "up",

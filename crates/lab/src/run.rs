@@ -84,7 +84,7 @@ use latebind_daemon::status::Status;
 
 use crate::emu::{self, DirectionSpec, EmuLinkSpec, EmuSpec, EmuStats, RateSpec};
 use crate::netlink::{Netlink, QdiscStats, Route};
-use crate::netns::{CLIENT_APP, Helper, LinkAddrs, Role, SERVER_APP, Topology};
+use crate::netns::{CLIENT_APP, Helper, LINK_PREFIX_LEN, LinkAddrs, Role, SERVER_APP, Topology};
 use crate::traffic::{self, Kind, RecvSummary, SendSummary};
 use crate::{late, mptcp, sys};
 
@@ -233,6 +233,7 @@ pub fn run_with(
     if mode == LabMode::Mptcp {
         mptcp::check_flows(scenario)?;
     }
+    check_new_addresses(scenario, mode)?;
     require_root()?;
     if !exe.exists() {
         bail!("helper binary {} does not exist", exe.display());
@@ -347,6 +348,44 @@ fn routes(l: &LinkAddrs, client_oif: i32, server_oif: i32) -> (Route, Route) {
     )
 }
 
+/// The client's address on a link after its `k`-th move (`outage_new_address`): host
+/// `10 + k` of the link's /24 (the original is `.1`, the server `.2`).
+fn moved_address(original: Ipv4Addr, k: u8) -> Ipv4Addr {
+    let [a, b, c, _] = original.octets();
+    Ipv4Addr::new(a, b, c, 10u8.saturating_add(k))
+}
+
+/// What `outage_new_address` needs of a lab run: mode late or early (kernel MPTCP's
+/// endpoints are the links' first addresses), and no flow outside the tunnel on the link
+/// (it is bound to the link's first address).
+fn check_new_addresses(scenario: &Scenario, mode: LabMode) -> Result<()> {
+    for (i, l) in scenario.spec.links.iter().enumerate() {
+        if !l.outage_new_address {
+            continue;
+        }
+        if mode == LabMode::Mptcp {
+            bail!(
+                "links[{i}].outage_new_address = true: not run in mode mptcp (its subflows' \
+                 endpoints are the links' first addresses); expected mode late or early"
+            );
+        }
+        if let Some((j, _)) = scenario
+            .spec
+            .flows
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.via_link == Some(i))
+        {
+            bail!(
+                "links[{i}].outage_new_address = true with flows[{j}].via_link = {i}: a flow \
+                 outside the tunnel is bound to the link's first address; expected no \
+                 via_link flow on a link that moves"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// One flow's helper processes and files.
 struct FlowRun {
     recv_out: PathBuf,
@@ -426,7 +465,7 @@ fn run_mode(
     for w in &topo.offload_warnings {
         notes.push(format!("offload not turned off: {w}"));
     }
-    let links = topo.links.clone();
+    let mut links = topo.links.clone();
     let rates: Vec<(RateSpec, RateSpec)> = (0..n).map(|i| rates(scenario, i)).collect();
     let n_setup = topo.commands.len();
     if opts.ecn {
@@ -797,6 +836,8 @@ fn run_mode(
         .collect();
     let mut max_qlen = vec![0u32; n];
     let mut purged = vec![0u64; n];
+    // Times each link came back with a new address (`outage_new_address`).
+    let mut moves = vec![0u8; n];
     let mut edges = Vec::new();
     let end_ns = base + secs_ns(end_s);
     let sample_ns = opts.sample_every.as_nanos().max(100_000) as u64;
@@ -869,6 +910,24 @@ fn run_mode(
                     });
                 }
                 Edge::Up(i) => {
+                    if spec.links[i].outage_new_address {
+                        // Another network: the interface comes up with the next address
+                        // of its /24, which the server's side can reach at once.
+                        moves[i] += 1;
+                        let old = links[i].client;
+                        let new = moved_address(old, moves[i]);
+                        let c_if = &links[i].client_if;
+                        topo.ip_batch(
+                            Role::Client,
+                            &[
+                                format!("addr del {old}/{LINK_PREFIX_LEN} dev {c_if}"),
+                                format!("addr add {new}/{LINK_PREFIX_LEN} dev {c_if}"),
+                            ],
+                        )?;
+                        nl_server.neigh_replace(s_idx[i], new, links[i].client_mac)?;
+                        links[i].client = new;
+                        writeln!(log, "link {i}: address {old} -> {new}")?;
+                    }
                     let l = &links[i];
                     nl_client.set_link(c_idx[i], true)?;
                     nl_client.neigh_replace(c_idx[i], l.server, l.server_mac)?;

@@ -390,3 +390,59 @@ fn a_session_whose_first_link_is_the_far_one_uses_it_from_the_start() {
     let bulk = common::flow(&out.report, "bulk");
     assert!(bulk.goodput_mbps > 14.0, "{bulk:?}");
 }
+
+/// Roaming (`scenarios/roam.toml`): the WiFi link goes down and comes back with another
+/// client address. The server learns the link's new address from its first datagram
+/// there (no configuration, no handshake), so the download uses the link again at once;
+/// had it kept sending to the old address, the link's downlink would stay dead and the
+/// download would get the LTE link's 10 Mb/s at most.
+#[test]
+fn a_link_back_with_another_address_carries_the_download_again() {
+    if !common::root_or_skip("a_link_back_with_another_address_carries_the_download_again") {
+        return;
+    }
+    let _g = common::serial();
+    let scenario = Scenario::load(&common::scenario("roam.toml"))
+        .and_then(|s| s.with_overrides(["scenario.duration_s=9.0", "links.0.outages=[[3.0, 4.0]]"]))
+        .expect("scenario");
+    let mut status = String::new();
+    let mut log = String::new();
+    let out = lab_inspect(
+        &scenario,
+        LabMode::Late,
+        "late-roam",
+        LabOptions::default(),
+        |dir| {
+            status = std::fs::read_to_string(dir.join("server-status.json"))
+                .expect("the server's last status");
+            log = std::fs::read_to_string(dir.join("server.log")).expect("the server's log");
+            let recv = std::fs::read_to_string(dir.join("flow0-recv.json")).expect("receiver");
+            let recv: serde_json::Value = serde_json::from_str(&recv).expect("receiver JSON");
+            // From 1.5 s after the link came back: 5.5 to 8.5 s (10 ms bins from 0).
+            let bins: Vec<f64> = recv["bytes_per_10ms"]
+                .as_array()
+                .expect("bytes_per_10ms")
+                .iter()
+                .map(|b| b.as_f64().unwrap_or(0.0))
+                .collect();
+            let after: f64 = bins.iter().skip(550).take(300).sum();
+            let mbps = after * 8.0 / 3.0 / 1e6;
+            eprintln!("download 5.5-8.5 s: {mbps:.2} Mb/s");
+            assert!(
+                mbps > 14.0,
+                "the download got {mbps:.2} Mb/s after the WiFi came back: it is not using it"
+            );
+        },
+    );
+    assert!(
+        log.contains("link path changed link=0") && log.contains("new=198.18.1.11:"),
+        "the server never moved link 0 to its new address:\n{log}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let links = status["sessions"][0]["links"].as_array().expect("links");
+    let link0 = links.iter().find(|l| l["id"] == 0).expect("link 0");
+    let at = link0["peer_address"].as_str().unwrap_or_default();
+    assert!(at.starts_with("198.18.1.11:"), "link 0 is at {at:?}");
+    let call = common::flow(&out.report, "call");
+    assert_eq!(call.lost, 0, "{call:?}");
+}

@@ -113,6 +113,15 @@ pub struct LinkSpec {
     /// as Linux does with a dead next hop.
     #[serde(default = "yes")]
     pub outage_local: bool,
+    /// The link comes back from each of its (local) outages with another client address:
+    /// the client joined another network (another access point, a modem's new session).
+    /// The server learns the link's new address from its first datagram there and starts
+    /// the link's RTT and rate control over (`docs/protocol.md` 4.1); the simulator has no
+    /// addresses and makes that call at the first datagram the server takes on the link
+    /// after the outage; the lab gives `c{i}` the next address of its /24 (`.11`, `.12`,
+    /// ...). Default `false`: the same address, as after a cable pulled and put back.
+    #[serde(default)]
+    pub outage_new_address: bool,
     /// Where the uplink's bottleneck queue (`queue_packets`) is: `client` (the default):
     /// at the client's interface, whose departures the client sees (the late-binding
     /// paper's interface and driver buffer, shaped in the lab by `htb` on the client's
@@ -624,6 +633,14 @@ impl Scenario {
             if l.queue_packets == 0 {
                 return Err(self.invalid(k("queue_packets"), 0, "at least 1 packet"));
             }
+            if l.outage_new_address && !l.outage_local {
+                return Err(self.invalid(
+                    k("outage_new_address"),
+                    true,
+                    "false with outage_local = false (a path that dies in the network keeps \
+                     the client's address)",
+                ));
+            }
             if !["client", "network"].contains(&l.uplink_bottleneck.as_str()) {
                 return Err(self.invalid(
                     k("uplink_bottleneck"),
@@ -851,17 +868,28 @@ fn check_bools(raw: &toml::Table, path: &Path) -> Result<(), ScenarioError> {
         return Ok(());
     };
     for (i, l) in links.iter().enumerate() {
-        if let Some(v) = l.get("outage_local")
-            && !v.is_bool()
-        {
-            return Err(ScenarioError::Invalid {
-                path: path.to_owned(),
-                key: format!("links[{i}].outage_local"),
-                value: v.to_string(),
-                expected: "true (the client's interface goes down) or false (the path dies \
-                           in the network, no end is told)"
-                    .to_owned(),
-            });
+        for (key, expected) in [
+            (
+                "outage_local",
+                "true (the client's interface goes down) or false (the path dies in the \
+                 network, no end is told)",
+            ),
+            (
+                "outage_new_address",
+                "true (the link comes back from an outage with another client address) or \
+                 false (the same address)",
+            ),
+        ] {
+            if let Some(v) = l.get(key)
+                && !v.is_bool()
+            {
+                return Err(ScenarioError::Invalid {
+                    path: path.to_owned(),
+                    key: format!("links[{i}].{key}"),
+                    value: v.to_string(),
+                    expected: expected.to_owned(),
+                });
+            }
         }
     }
     Ok(())
@@ -993,6 +1021,37 @@ rate_mbps = 1.0
             .to_string();
         assert!(
             e.contains("links[0].outage_local = 1: expected true"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn outage_new_address_is_a_boolean_for_local_outages_only() {
+        let s = load(MINIMAL).unwrap();
+        assert!(!s.spec.links[0].outage_new_address);
+        let moved = s
+            .with_overrides(["links.0.outage_new_address=true"])
+            .unwrap();
+        assert!(moved.spec.links[0].outage_new_address);
+        let e = s
+            .with_overrides(["links.0.outage_new_address=\"yes\""])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("links[0].outage_new_address = \"yes\": expected true (the link comes back"),
+            "{e}"
+        );
+        let e = s
+            .with_overrides([
+                "links.0.outage_new_address=true",
+                "links.0.outage_local=false",
+            ])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "links[0].outage_new_address = true: expected false with outage_local = false"
+            ),
             "{e}"
         );
     }

@@ -24,6 +24,10 @@
 //! Modes:
 //! - `late`: latebind engines at both ends; the client's engine is told at once when a
 //!   local outage starts or ends (its interface goes down / up), never of a remote one.
+//!   A link with `outage_new_address` comes back with another client address: the
+//!   server's daemon learns it from the first datagram it takes there and calls the
+//!   engine's `handle_path_change`; the simulator, which has no addresses, makes that
+//!   call at the first datagram the server's engine takes on the link after the outage.
 //! - `early`: the Linux default. A packet is bound to the current route's interface when
 //!   it enters that interface's FIFO of `qdisc_packets + driver_packets`; when the
 //!   interface goes down, the FIFO's contents are lost and the route moves to the
@@ -169,6 +173,11 @@ struct SimLink {
     tally: LinkTally,
     /// The client's interface is down (a local outage).
     out: bool,
+    /// The link comes back from a local outage with another client address
+    /// (`outage_new_address`).
+    new_address: bool,
+    /// It came back so, and the server has not yet taken a datagram from the new address.
+    moved: bool,
     /// Remote outages (`outage_local = false`): the intervals, empty for a local link.
     remote_outages: Vec<(Duration, Duration)>,
     /// Remote outages: ids of uplink packets that left the client's side during one, in
@@ -334,6 +343,8 @@ impl World {
                 down,
                 tally: LinkTally::default(),
                 out: false,
+                new_address: l.outage_new_address,
+                moved: false,
                 remote_outages,
                 doomed: VecDeque::new(),
                 up_visible,
@@ -719,7 +730,7 @@ impl World {
                 if self.links[i].outside[usize::from(!uplink)].remove(&packet) {
                     self.deliver_inner(to, &payload);
                 } else {
-                    self.deliver(to, &payload);
+                    self.deliver(i, to, &payload);
                 }
             }
             LinkEvent::Lost {
@@ -760,6 +771,7 @@ impl World {
                     return;
                 }
                 self.links[i].out = false;
+                self.links[i].moved = self.links[i].new_address;
                 if let Some(c) = self.client.as_mut() {
                     c.handle_link_change(now_i(now), id, LinkChange::Up);
                 }
@@ -789,7 +801,7 @@ impl World {
         }
     }
 
-    fn deliver(&mut self, to: Side, payload: &[u8]) {
+    fn deliver(&mut self, link: usize, to: Side, payload: &[u8]) {
         match self.mode {
             Mode::Late => {
                 let e = match to {
@@ -797,7 +809,13 @@ impl World {
                     Side::Server => self.server.as_mut(),
                 };
                 if let Some(e) = e {
-                    e.handle_datagram(now_i(self.now), payload);
+                    let taken = e.handle_datagram(now_i(self.now), payload);
+                    // As the server's daemon: the first datagram taken from a link's new
+                    // address moves the link there and starts its measurements over.
+                    if taken && to == Side::Server && self.links[link].moved {
+                        self.links[link].moved = false;
+                        e.handle_path_change(now_i(self.now), LinkId(link as u16));
+                    }
                 }
             }
             Mode::Early => self.deliver_inner(to, payload),
