@@ -47,6 +47,10 @@ struct Net {
     server_ns: String,
     dir: PathBuf,
     daemons: Vec<Child>,
+    /// The server's `listen` addresses.
+    listen: Vec<String>,
+    /// Each client link's `server` address.
+    servers: [String; 2],
 }
 
 impl Net {
@@ -64,6 +68,8 @@ impl Net {
             server_ns: s.clone(),
             dir,
             daemons: Vec::new(),
+            listen: vec!["0.0.0.0:51820".into()],
+            servers: ["198.18.10.1:51820".into(), "198.18.11.1:51820".into()],
         };
         sh(&["ip", "netns", "add", &c]);
         sh(&["ip", "netns", "add", &s]);
@@ -158,16 +164,23 @@ impl Net {
     fn start_with(&mut self, client_key: &(String, String), allowed_client_pub: &str, extra: &str) {
         let server_key = Self::key();
         let server_toml = format!(
-            "[server]\nprivate_key = \"{}\"\nlisten = [\"0.0.0.0:51820\"]\ntun = \"lbs0\"\naddress = \"10.77.0.1/24\"\ncontrol_socket = \"{}\"\n{extra}[[peers]]\nname = \"c\"\npublic_key = \"{}\"\naddress = \"10.77.0.2\"\n",
+            "[server]\nprivate_key = \"{}\"\nlisten = [{}]\ntun = \"lbs0\"\naddress = \"10.77.0.1/24\"\ncontrol_socket = \"{}\"\n{extra}[[peers]]\nname = \"c\"\npublic_key = \"{}\"\naddress = \"10.77.0.2\"\n",
             server_key.0,
+            self.listen
+                .iter()
+                .map(|a| format!("\"{a}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.dir.join("server.sock").display(),
             allowed_client_pub
         );
         let client_toml = format!(
-            "[client]\nprivate_key = \"{}\"\nserver_public_key = \"{}\"\ntun = \"lb0\"\naddress = \"10.77.0.2/24\"\ncontrol_socket = \"{}\"\n{extra}[[links]]\nname = \"a\"\ninterface = \"c0\"\nserver = \"198.18.10.1:51820\"\n[[links]]\nname = \"b\"\ninterface = \"c1\"\nserver = \"198.18.11.1:51820\"\n",
+            "[client]\nprivate_key = \"{}\"\nserver_public_key = \"{}\"\ntun = \"lb0\"\naddress = \"10.77.0.2/24\"\ncontrol_socket = \"{}\"\n{extra}[[links]]\nname = \"a\"\ninterface = \"c0\"\nserver = \"{}\"\n[[links]]\nname = \"b\"\ninterface = \"c1\"\nserver = \"{}\"\n",
             client_key.0,
             server_key.1,
-            self.dir.join("client.sock").display()
+            self.dir.join("client.sock").display(),
+            self.servers[0],
+            self.servers[1],
         );
         std::fs::write(self.dir.join("server.toml"), server_toml).unwrap();
         std::fs::write(self.dir.join("client.toml"), client_toml).unwrap();
@@ -376,6 +389,46 @@ fn tcp_and_udp_through_the_tunnel_over_two_links() {
         .unwrap_or_else(|| panic!("the UDP flow in {st}"));
     assert_eq!(f["received"], 2000, "{st}");
     assert!(!f["links"].as_array().unwrap().is_empty(), "{st}");
+}
+
+/// One link over IPv6 (an IPv6-only cellular network), the other over IPv4: the client's
+/// socket on the IPv6 link takes the server address's family, the server listens on both
+/// families, and both links carry the tunnel.
+#[test]
+fn a_link_over_ipv6_beside_one_over_ipv4() {
+    if !root_or_skip("a_link_over_ipv6_beside_one_over_ipv4") {
+        return;
+    }
+    let mut net = Net::new();
+    for (ns, dev, addr) in [
+        (&net.server_ns, "s1", "fd77:11::1/64"),
+        (&net.client_ns, "c1", "fd77:11::2/64"),
+    ] {
+        sh(&["ip", "-n", ns, "addr", "add", addr, "dev", dev, "nodad"]);
+    }
+    net.listen = vec!["0.0.0.0:51820".into(), "[::]:51820".into()];
+    net.servers[1] = "[fd77:11::1]:51820".into();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    let (got, _) = tcp_transfer(&net, 8 << 20, || {});
+    assert_eq!(got, 8 << 20, "logs: {}", net.logs());
+    let st = net.status("server");
+    let links = st["sessions"][0]["links"].as_array().unwrap().clone();
+    let at = |id: u64| {
+        links
+            .iter()
+            .find(|l| l["id"] == id)
+            .and_then(|l| l["peer_address"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(at(0).starts_with("198.18.10.2:"), "{st}");
+    assert!(at(1).starts_with("[fd77:11::2]:"), "{st}");
+    for l in &links {
+        assert!(l["data_sent"].as_u64().unwrap_or(0) > 0, "{st}");
+        assert!(l["datagrams_received"].as_u64().unwrap_or(0) > 100, "{st}");
+    }
 }
 
 #[test]

@@ -125,9 +125,17 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
 
     let mut links = Vec::new();
     for (i, l) in cfg.file.links.iter().enumerate() {
-        let bind = l
-            .bind
-            .unwrap_or_else(|| "0.0.0.0:0".parse().expect("valid literal"));
+        // Any local address of the server address's family (an IPv6-only cellular
+        // network's link talks to the server's IPv6 address); the config checks that a
+        // given `bind` has that family.
+        let bind = l.bind.unwrap_or_else(|| {
+            let any: std::net::IpAddr = if l.server.is_ipv6() {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            };
+            SocketAddr::new(any, 0)
+        });
         // The engine's budget, not the send buffer, bounds what waits in the kernel (its
         // departures are read with SIOCOUTQ). The buffer is a few times larger, so that
         // each departure makes the socket writable and wakes the loop (edge-triggered),

@@ -710,6 +710,19 @@ impl ClientConfig {
                     ));
                 }
             }
+            if let Some(b) = l.bind
+                && b.is_ipv6() != l.server.is_ipv6()
+            {
+                let family = if l.server.is_ipv6() { "IPv6" } else { "IPv4" };
+                return Err(v.err(
+                    format!("links[{i}].bind"),
+                    b,
+                    &format!(
+                        "an {family} address, the family of links[{i}].server ({})",
+                        l.server
+                    ),
+                ));
+            }
             if file.links[..i].iter().any(|o| o.name == l.name) {
                 return Err(v.err(
                     format!("links[{i}].name"),
@@ -919,6 +932,25 @@ mod tests {
             .to_string();
         assert!(
             e.contains("links[0].capacity_mbps = 0") && e.contains("a rate above 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_links_bind_address_must_have_its_servers_family() {
+        let text = client_text("").replacen(
+            "server = \"192.0.2.10:51820\"",
+            "server = \"[2001:db8::10]:51820\"",
+            1,
+        );
+        let c = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
+        assert!(c.file.links[0].server.is_ipv6());
+        let text = text.replacen("# bind = \"0.0.0.0:0\"", "bind = \"0.0.0.0:0\"", 1);
+        let e = ClientConfig::parse(Path::new("c.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("links[0].bind = 0.0.0.0:0: expected an IPv6 address, the family of links[0].server ([2001:db8::10]:51820)"),
             "{e}"
         );
     }
