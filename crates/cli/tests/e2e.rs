@@ -43,6 +43,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Two namespaces, two veth links, keys and configs; torn down on drop.
 struct Net {
+    id: String,
     client_ns: String,
     server_ns: String,
     dir: PathBuf,
@@ -64,6 +65,7 @@ impl Net {
         let dir = std::env::temp_dir().join(format!("latebind-e2e-{id}"));
         std::fs::create_dir_all(&dir).unwrap();
         let net = Self {
+            id: id.clone(),
             client_ns: c.clone(),
             server_ns: s.clone(),
             dir,
@@ -77,62 +79,69 @@ impl Net {
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
         for i in 0..2 {
-            let (ci, si) = (format!("c{i}"), format!("s{i}"));
-            sh(&[
-                "ip",
-                "link",
-                "add",
-                &format!("lbtc{i}{id}"),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &format!("lbts{i}{id}"),
-            ]);
-            sh(&[
-                "ip",
-                "link",
-                "set",
-                &format!("lbtc{i}{id}"),
-                "netns",
-                &c,
-                "name",
-                &ci,
-            ]);
-            sh(&[
-                "ip",
-                "link",
-                "set",
-                &format!("lbts{i}{id}"),
-                "netns",
-                &s,
-                "name",
-                &si,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &c,
-                "addr",
-                "add",
-                &format!("198.18.{}.2/24", 10 + i),
-                "dev",
-                &ci,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &s,
-                "addr",
-                "add",
-                &format!("198.18.{}.1/24", 10 + i),
-                "dev",
-                &si,
-            ]);
-            sh(&["ip", "-n", &c, "link", "set", &ci, "up"]);
-            sh(&["ip", "-n", &s, "link", "set", &si, "up"]);
+            net.make_link(i);
         }
         net
+    }
+
+    /// Makes link `i`: a veth pair, `c{i}` in the client's namespace (198.18.{10+i}.2/24)
+    /// and `s{i}` in the server's (.1), both up.
+    fn make_link(&self, i: usize) {
+        let id = &self.id;
+        let (ci, si) = (format!("c{i}"), format!("s{i}"));
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            &format!("lbtc{i}{id}"),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("lbts{i}{id}"),
+        ]);
+        sh(&[
+            "ip",
+            "link",
+            "set",
+            &format!("lbtc{i}{id}"),
+            "netns",
+            &self.client_ns,
+            "name",
+            &ci,
+        ]);
+        sh(&[
+            "ip",
+            "link",
+            "set",
+            &format!("lbts{i}{id}"),
+            "netns",
+            &self.server_ns,
+            "name",
+            &si,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &self.client_ns,
+            "addr",
+            "add",
+            &format!("198.18.{}.2/24", 10 + i),
+            "dev",
+            &ci,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &self.server_ns,
+            "addr",
+            "add",
+            &format!("198.18.{}.1/24", 10 + i),
+            "dev",
+            &si,
+        ]);
+        sh(&["ip", "-n", &self.client_ns, "link", "set", &ci, "up"]);
+        sh(&["ip", "-n", &self.server_ns, "link", "set", &si, "up"]);
     }
 
     fn key() -> (String, String) {
@@ -391,20 +400,22 @@ fn tcp_and_udp_through_the_tunnel_over_two_links() {
     assert!(!f["links"].as_array().unwrap().is_empty(), "{st}");
 }
 
-/// One link over IPv6 (an IPv6-only cellular network), the other over IPv4: the client's
-/// socket on the IPv6 link takes the server address's family, the server listens on both
-/// families, and both links carry the tunnel.
+/// One link over IPv6 only (an IPv6-only cellular network), the other over IPv4: the
+/// client's socket on the IPv6 link takes the server address's family, the link counts as
+/// usable with an IPv6 address alone, the server listens on both families, and both links
+/// carry the tunnel.
 #[test]
 fn a_link_over_ipv6_beside_one_over_ipv4() {
     if !root_or_skip("a_link_over_ipv6_beside_one_over_ipv4") {
         return;
     }
     let mut net = Net::new();
-    for (ns, dev, addr) in [
-        (&net.server_ns, "s1", "fd77:11::1/64"),
-        (&net.client_ns, "c1", "fd77:11::2/64"),
+    for (ns, dev, addr, v4) in [
+        (&net.server_ns, "s1", "fd77:11::1/64", "198.18.11.1/24"),
+        (&net.client_ns, "c1", "fd77:11::2/64", "198.18.11.2/24"),
     ] {
         sh(&["ip", "-n", ns, "addr", "add", addr, "dev", dev, "nodad"]);
+        sh(&["ip", "-n", ns, "addr", "del", v4, "dev", dev]);
     }
     net.listen = vec!["0.0.0.0:51820".into(), "[::]:51820".into()];
     net.servers[1] = "[fd77:11::1]:51820".into();
@@ -492,6 +503,71 @@ fn link_cut_mid_transfer_and_the_transfer_completes() {
     eprintln!("16 MiB with link a cut after 150 ms: {took:?}");
     let st = net.status("client");
     assert_eq!(st["sessions"][0]["links"][0]["state"], "down", "{st}");
+}
+
+/// A link's interface is removed and made again (a USB modem unplugged and plugged back
+/// in: the same name, another interface index). The client's socket for the link was
+/// bound to the old interface; the link must come back all the same: with the other link
+/// down, a transfer then goes over it alone.
+#[test]
+fn a_links_interface_removed_and_made_again_carries_the_tunnel_again() {
+    if !root_or_skip("a_links_interface_removed_and_made_again_carries_the_tunnel_again") {
+        return;
+    }
+    let mut net = Net::new();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    // Deleting one end of a veth pair deletes the other.
+    sh(&["ip", "-n", &net.client_ns, "link", "del", "c1"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        net.status("client")["sessions"][0]["links"][1]["state"],
+        "down"
+    );
+    net.make_link(1);
+    transfer_over_link_b_alone(&net);
+}
+
+/// A link's interface does not exist when the client starts (a USB modem plugged in
+/// later): the client starts with the other link and takes the new one when it appears.
+#[test]
+fn a_links_interface_that_appears_after_the_start_carries_the_tunnel() {
+    if !root_or_skip("a_links_interface_that_appears_after_the_start_carries_the_tunnel") {
+        return;
+    }
+    let mut net = Net::new();
+    sh(&["ip", "-n", &net.client_ns, "link", "del", "c1"]);
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    assert_eq!(
+        net.status("client")["sessions"][0]["links"][1]["state"],
+        "down"
+    );
+    net.make_link(1);
+    transfer_over_link_b_alone(&net);
+}
+
+/// Takes link a down, waits for link b to be up, and sends 4 MiB through the tunnel:
+/// over link b alone.
+fn transfer_over_link_b_alone(net: &Net) {
+    sh(&["ip", "-n", &net.client_ns, "link", "set", "c0", "down"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while net.status("client")["sessions"][0]["links"][1]["state"] != "up"
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (got, took) = tcp_transfer(net, 4 << 20, || {});
+    assert_eq!(
+        got,
+        4 << 20,
+        "client: {}\nlogs: {}",
+        net.status("client"),
+        net.logs()
+    );
+    eprintln!("4 MiB over link b in {took:?}");
 }
 
 #[test]

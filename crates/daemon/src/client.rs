@@ -46,8 +46,40 @@ struct ClientLink {
     index: Option<u32>,
     server: SocketAddr,
     socket: LinkSocket,
+    /// The interface index the socket is bound to (`SO_BINDTODEVICE`); `None` before the
+    /// interface first exists. Until then the socket sends nothing: unbound, its
+    /// datagrams would follow the routing table, perhaps into the tunnel itself.
+    bound_index: Option<u32>,
     up: bool,
     has_addr: bool,
+}
+
+impl ClientLink {
+    /// Reads the interface's state again.
+    fn refresh(&mut self) {
+        let s = interface_state(&self.interface);
+        self.index = s.map(|s| s.index);
+        self.up = s.is_some_and(|s| s.up);
+        self.has_addr = s.is_some_and(|s| s.has_addr_for(self.server));
+    }
+
+    /// Binds the socket to the interface's current index if it is not bound to it: the
+    /// interface appeared after the daemon started, or was removed and made again (a USB
+    /// modem plugged back in has the same name and another index).
+    fn bind_to_interface(&mut self) {
+        if self.index.is_none() || self.index == self.bound_index {
+            return;
+        }
+        match self.socket.bind_device(&self.interface) {
+            Ok(()) => {
+                tracing::info!(link = %self.name, interface = %self.interface, index = self.index, "socket bound to the interface");
+                self.bound_index = self.index;
+            }
+            Err(e) => {
+                tracing::warn!(link = %self.name, interface = %self.interface, %e, "binding the socket to the interface");
+            }
+        }
+    }
 }
 
 /// The client's link sockets, one per link: departures are read from each socket's
@@ -61,8 +93,8 @@ struct ClientIo<'a> {
 impl LinkIo for ClientIo<'_> {
     fn send(&mut self, link: LinkId, datagram: &[u8]) -> Sent {
         match self.links.get(usize::from(link.0)) {
-            Some(l) => sent(l.socket.send_to(datagram, l.server)),
-            None => Sent::Failed,
+            Some(l) if l.bound_index.is_some() => sent(l.socket.send_to(datagram, l.server)),
+            _ => Sent::Failed,
         }
     }
 
@@ -73,7 +105,9 @@ impl LinkIo for ClientIo<'_> {
     fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
         let i = usize::from(link.0);
         match (self.stage, self.links.get(i)) {
-            (Some(stage), Some(l)) => stage.submit(at, i, l.server, datagram, u64::from(link.0)),
+            (Some(stage), Some(l)) if l.bound_index.is_some() => {
+                stage.submit(at, i, l.server, datagram, u64::from(link.0))
+            }
             _ => false,
         }
     }
@@ -141,24 +175,40 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         // each departure makes the socket writable and wakes the loop (edge-triggered),
         // and so that a datagram leaving does not have to wait for a whole drain.
         let sndbuf = (c.budget_packets + 2) * 4608;
-        let socket =
-            LinkSocket::bind(bind, Some(&l.interface), Some(sndbuf)).with_context(|| {
-                format!(
-                    "links[{i}] ({}): binding a UDP socket to interface {}",
-                    l.name, l.interface
-                )
-            })?;
+        let context = || {
+            format!(
+                "links[{i}] ({}): binding a UDP socket to interface {}",
+                l.name, l.interface
+            )
+        };
+        let socket = LinkSocket::bind(bind, None, Some(sndbuf)).with_context(context)?;
         poller.add_edge(socket.as_fd(), TOKEN_LINK + i as u64)?;
-        let state = interface_state(&l.interface);
-        links.push(ClientLink {
+        let mut link = ClientLink {
             name: l.name.clone(),
             interface: l.interface.clone(),
-            index: state.map(|s| s.0),
+            index: None,
             server: l.server,
             socket,
-            up: state.is_some_and(|s| s.1),
-            has_addr: state.is_some_and(|s| s.2),
-        });
+            bound_index: None,
+            up: false,
+            has_addr: false,
+        };
+        link.refresh();
+        match link.index {
+            // An interface that exists must take the socket (a bad name, no privilege).
+            Some(_) => {
+                link.socket
+                    .bind_device(&l.interface)
+                    .with_context(context)?;
+                link.bound_index = link.index;
+            }
+            None => tracing::warn!(
+                link = %l.name,
+                interface = %l.interface,
+                "no such interface yet: the link is down until it appears"
+            ),
+        }
+        links.push(link);
     }
     let netlink = NetlinkMonitor::open().context("netlink")?;
     poller.add(netlink.as_fd(), TOKEN_NETLINK, false)?;
@@ -321,10 +371,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     if netlink.read_events(&mut net_events).is_err() {
                         // Events were lost: read every interface's state again.
                         for l in links.iter_mut() {
-                            let s = interface_state(&l.interface);
-                            l.index = s.map(|s| s.0);
-                            l.up = s.is_some_and(|s| s.1);
-                            l.has_addr = s.is_some_and(|s| s.2);
+                            l.refresh();
                         }
                     }
                     for ev in &net_events {
@@ -334,22 +381,24 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                                     if name.as_deref() == Some(l.interface.as_str())
                                         || l.index == Some(*index)
                                     {
-                                        l.index = Some(*index);
-                                        l.up = *up;
-                                        if *up {
-                                            l.has_addr =
-                                                interface_state(&l.interface).is_some_and(|s| s.2);
+                                        // The interface as it is now: an event may be of
+                                        // one removed since (its name's new index).
+                                        l.refresh();
+                                        if l.index == Some(*index) {
+                                            l.up &= *up;
                                         }
                                     }
                                 }
                                 NetEvent::Addr { index, .. } => {
                                     if l.index == Some(*index) {
-                                        l.has_addr =
-                                            interface_state(&l.interface).is_some_and(|s| s.2);
+                                        l.refresh();
                                     }
                                 }
                             }
                         }
+                    }
+                    for l in links.iter_mut() {
+                        l.bind_to_interface();
                     }
                     for (i, l) in links.iter().enumerate() {
                         let id = LinkId(i as u16);

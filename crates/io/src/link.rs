@@ -45,6 +45,13 @@ impl LinkSocket {
         Ok(Self { socket })
     }
 
+    /// Binds the socket to interface `ifname` (`SO_BINDTODEVICE`), again if it was bound
+    /// before: an interface removed and made again (a USB modem plugged back in) has the
+    /// same name and another index, and a socket stays bound to the old index.
+    pub fn bind_device(&self, ifname: &str) -> io::Result<()> {
+        self.socket.bind_device(Some(ifname.as_bytes()))
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket

@@ -1,5 +1,5 @@
-//! Interface events from rtnetlink: a link going up or down, an IPv4 address appearing or
-//! disappearing. The daemon turns them into the engine's link changes at once, instead of
+//! Interface events from rtnetlink: a link going up or down, an IPv4 or IPv6 address
+//! appearing or disappearing. The daemon turns them into the engine's link changes at once, instead of
 //! waiting for a timeout to notice that an interface is gone.
 //!
 //! The messages are fixed C layouts (`nlmsghdr`, `ifinfomsg`, `ifaddrmsg`, `rtattr`);
@@ -14,6 +14,7 @@ const RTM_NEWADDR: u16 = 20;
 const RTM_DELADDR: u16 = 21;
 const RTMGRP_LINK: u32 = 1;
 const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+const RTMGRP_IPV6_IFADDR: u32 = 0x100;
 const IFLA_IFNAME: u16 = 3;
 const IFF_UP: u32 = 0x1;
 const IFF_LOWER_UP: u32 = 0x1_0000;
@@ -30,7 +31,7 @@ pub enum NetEvent {
         /// Up with carrier.
         up: bool,
     },
-    /// An IPv4 address was added to (or removed from) an interface.
+    /// An IPv4 or IPv6 address was added to (or removed from) an interface.
     Addr {
         /// Interface index.
         index: u32,
@@ -63,7 +64,7 @@ impl NetlinkMonitor {
         // SAFETY: sockaddr_nl is plain data; zeroed is a valid value.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR;
+        addr.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
         // SAFETY: addr is a valid sockaddr_nl and the length matches it.
         let r = unsafe {
             libc::bind(
@@ -133,7 +134,10 @@ pub fn parse(mut b: &[u8], out: &mut Vec<NetEvent>) {
                 let up = ty == RTM_NEWLINK && flags & IFF_UP != 0 && flags & IFF_LOWER_UP != 0;
                 out.push(NetEvent::Link { index, name, up });
             }
-            RTM_NEWADDR | RTM_DELADDR if body.len() >= 8 && i32::from(body[0]) == libc::AF_INET => {
+            RTM_NEWADDR | RTM_DELADDR
+                if body.len() >= 8
+                    && [libc::AF_INET, libc::AF_INET6].contains(&i32::from(body[0])) =>
+            {
                 let index = u32_at(body, 4).unwrap_or(0);
                 out.push(NetEvent::Addr {
                     index,
@@ -169,9 +173,32 @@ fn attr(mut b: &[u8], want: u16) -> Option<&[u8]> {
     None
 }
 
-/// The state of interface `name` now: its index, whether it is up with carrier, and
-/// whether it has an IPv4 address. `None` when it does not exist.
-pub fn interface_state(name: &str) -> Option<(u32, bool, bool)> {
+/// An interface's state, read by [`interface_state`].
+#[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
+pub struct InterfaceState {
+    /// Interface index.
+    pub index: u32,
+    /// Administratively up, and its operational state is not down.
+    pub up: bool,
+    /// It has an IPv4 address.
+    pub has_v4: bool,
+    /// It has an IPv6 address beyond link-local scope (one that can reach a server).
+    pub has_v6: bool,
+}
+
+impl InterfaceState {
+    /// Whether it has an address of the family a link to `server` needs.
+    pub fn has_addr_for(&self, server: std::net::SocketAddr) -> bool {
+        if server.is_ipv6() {
+            self.has_v6
+        } else {
+            self.has_v4
+        }
+    }
+}
+
+/// The state of interface `name` now; `None` when it does not exist.
+pub fn interface_state(name: &str) -> Option<InterfaceState> {
     let base = format!("/sys/class/net/{name}");
     let index: u32 = std::fs::read_to_string(format!("{base}/ifindex"))
         .ok()?
@@ -182,17 +209,24 @@ pub fn interface_state(name: &str) -> Option<(u32, bool, bool)> {
     let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap_or(0);
     let oper = std::fs::read_to_string(format!("{base}/operstate")).unwrap_or_default();
     let up = flags & IFF_UP != 0 && oper.trim() != "down" && oper.trim() != "lowerlayerdown";
-    let has_v4 = nix::ifaddrs::getifaddrs()
-        .map(|addrs| {
-            addrs.filter(|a| a.interface_name == name).any(|a| {
-                a.address
-                    .as_ref()
-                    .and_then(|s| s.as_sockaddr_in())
-                    .is_some()
-            })
-        })
-        .unwrap_or(false);
-    Some((index, up, has_v4))
+    let (mut has_v4, mut has_v6) = (false, false);
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs.filter(|a| a.interface_name == name) {
+            let Some(addr) = a.address.as_ref() else {
+                continue;
+            };
+            has_v4 |= addr.as_sockaddr_in().is_some();
+            has_v6 |= addr
+                .as_sockaddr_in6()
+                .is_some_and(|v6| !v6.ip().is_unicast_link_local() && !v6.ip().is_loopback());
+        }
+    }
+    Some(InterfaceState {
+        index,
+        up,
+        has_v4,
+        has_v6,
+    })
 }
 
 impl AsFd for NetlinkMonitor {
@@ -240,6 +274,42 @@ mod tests {
     }
 
     #[test]
+    fn address_events_of_both_families_are_parsed() {
+        let mut out = Vec::new();
+        for (family, ty) in [(libc::AF_INET, RTM_NEWADDR), (libc::AF_INET6, RTM_DELADDR)] {
+            let mut body = vec![0u8; 8];
+            body[0] = family as u8;
+            body[4..8].copy_from_slice(&5u32.to_ne_bytes());
+            parse(&msg(ty, &body), &mut out);
+        }
+        // Another family (AF_PACKET, 17) is not an address event.
+        let mut body = vec![0u8; 8];
+        body[0] = 17;
+        parse(&msg(RTM_NEWADDR, &body), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                NetEvent::Addr {
+                    index: 5,
+                    added: true
+                },
+                NetEvent::Addr {
+                    index: 5,
+                    added: false
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn loopback_is_up_with_an_ipv4_address_and_no_ipv6_beyond_its_own() {
+        let lo = interface_state("lo").expect("lo exists");
+        assert!(lo.index > 0 && lo.up && lo.has_v4, "{lo:?}");
+        assert!(!lo.has_v6, "::1 cannot reach a server: {lo:?}");
+        assert!(interface_state("no-such-if0").is_none());
+    }
+
+    #[test]
     fn dellink_is_down_and_garbage_is_ignored() {
         let mut body = vec![0u8; 16];
         body[4..8].copy_from_slice(&3u32.to_ne_bytes());
@@ -259,10 +329,4 @@ mod tests {
         assert!(out.is_empty());
     }
 
-    #[test]
-    fn loopback_exists_and_is_up() {
-        let (index, up, has_v4) = interface_state("lo").expect("lo exists");
-        assert!(index > 0 && up && has_v4);
-        assert!(interface_state("no-such-if0").is_none());
-    }
 }
