@@ -193,22 +193,42 @@ impl Net {
         );
         std::fs::write(self.dir.join("server.toml"), server_toml).unwrap();
         std::fs::write(self.dir.join("client.toml"), client_toml).unwrap();
-        for (ns, role) in [
-            (self.server_ns.clone(), "server"),
-            (self.client_ns.clone(), "client"),
-        ] {
-            let log = std::fs::File::create(self.dir.join(format!("{role}.log"))).unwrap();
-            let child = Command::new("ip")
-                .args(["netns", "exec", &ns, bin(), role, "--config"])
-                .arg(self.dir.join(format!("{role}.toml")))
-                .env("LATEBIND_LOG", "debug")
-                .stderr(log)
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap();
+        for role in ["server", "client"] {
+            let child = self.spawn(role);
             self.daemons.push(child);
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Starts daemon `role` with its config in its namespace; its log goes on in
+    /// `{role}.log`.
+    fn spawn(&self, role: &str) -> Child {
+        let ns = if role == "server" {
+            &self.server_ns
+        } else {
+            &self.client_ns
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{role}.log")))
+            .unwrap();
+        Command::new("ip")
+            .args(["netns", "exec", ns, bin(), role, "--config"])
+            .arg(self.dir.join(format!("{role}.toml")))
+            .env("LATEBIND_LOG", "debug")
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Stops the server (SIGKILL: it keeps no state to save) and starts it again.
+    fn restart_server(&mut self) {
+        let server = &mut self.daemons[0];
+        let _ = server.kill();
+        let _ = server.wait();
+        self.daemons[0] = self.spawn("server");
     }
 
     fn status(&self, role: &str) -> serde_json::Value {
@@ -503,6 +523,33 @@ fn link_cut_mid_transfer_and_the_transfer_completes() {
     eprintln!("16 MiB with link a cut after 150 ms: {took:?}");
     let st = net.status("client");
     assert_eq!(st["sessions"][0]["links"][0]["state"], "down", "{st}");
+}
+
+/// The server restarts (an upgrade, a crash) and forgets the session: the client finds
+/// that nothing comes back any more, makes a new session, and the tunnel carries again.
+#[test]
+fn the_tunnel_carries_again_after_the_server_restarts() {
+    if !root_or_skip("the_tunnel_carries_again_after_the_server_restarts") {
+        return;
+    }
+    let mut net = Net::new();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    let (got, _) = tcp_transfer(&net, 1 << 20, || {});
+    assert_eq!(got, 1 << 20);
+    net.restart_server();
+    let restarted = Instant::now();
+    let deadline = restarted + Duration::from_secs(30);
+    while net.status("server")["sessions"][0]["established"] != true && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (got, took) = tcp_transfer(&net, 4 << 20, || {});
+    assert_eq!(got, 4 << 20, "logs: {}", net.logs());
+    eprintln!(
+        "tunnel back {:?} after the restart; 4 MiB in {took:?}",
+        restarted.elapsed() - took
+    );
 }
 
 /// A link's interface is removed and made again (a USB modem unplugged and plugged back

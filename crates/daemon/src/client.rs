@@ -39,6 +39,13 @@ const TOKEN_LINK: u64 = 100;
 
 /// Retry an unanswered handshake initiation after this long.
 const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+/// Keepalive intervals without an authentic datagram from the server, while a link is
+/// usable, after which the session is taken for lost and a new one made. Each usable link
+/// is probed every interval and the server answers every probe, so silence this long means
+/// the server no longer has the session (it restarted: it would take nothing of the old
+/// one, and its new engine's packets would read as replays to the old one here) or no
+/// path reaches it; then the new session's handshake is retried until one does.
+const SILENT_KEEPALIVES: u32 = 5;
 
 struct ClientLink {
     name: String,
@@ -55,6 +62,11 @@ struct ClientLink {
 }
 
 impl ClientLink {
+    /// Up, with an address of the server's family, and the socket bound to it.
+    fn usable(&self) -> bool {
+        self.up && self.has_addr && self.index.is_some() && self.bound_index == self.index
+    }
+
     /// Reads the interface's state again.
     fn refresh(&mut self) {
         let s = interface_state(&self.interface);
@@ -219,30 +231,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         poller.add(m.as_fd(), TOKEN_METRICS, false)?;
     }
 
-    let session_id = random_u32()?.max(1);
-    let mut config = Config::new(Role::Client);
-    config.session(session_id).budget_packets(c.budget_packets);
-    (config.reinjection, config.rej_min) = cfg.reinjection;
-    (config.rate_control, config.rate_control_max_queue) = cfg.rate_control;
-    config.codel_target = cfg.codel_target;
-    cfg.policies.apply(&mut config);
-    config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
-    let mut engine = Endpoint::new(config, now()).map_err(|e| anyhow::anyhow!("engine: {e}"))?;
-    for (i, l) in cfg.file.links.iter().enumerate() {
-        engine.add_link(
-            now(),
-            LinkId(i as u16),
-            LinkConfig {
-                backup: l.backup,
-                pacing_rate: l.pacing_rate_mbps.map(|r| r * 1e6 / 8.0),
-                capacity: l.capacity_mbps.map(|r| r * 1e6 / 8.0),
-            },
-        );
-        if !(links[i].up && links[i].has_addr) {
-            engine.handle_link_change(now(), LinkId(i as u16), LinkChange::Down);
-        }
-    }
-    let mut session = Session::new(engine);
+    let mut session = new_session(&cfg, &links, now())?;
     let max_mss = mtu.saturating_sub(40);
     let mut stage = match cfg.dispatch {
         Some(d) => {
@@ -253,7 +242,6 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                 .context("dispatch stage: duplicating the link sockets")?;
             let stage = DispatchStage::start(sockets, d).context("starting the dispatch stage")?;
             poller.add(stage.fd(), TOKEN_DISPATCH, false)?;
-            session.set_dispatch(Some(d.horizon));
             tracing::info!(
                 horizon_us = d.horizon.as_micros() as u64,
                 "dispatch stage on"
@@ -265,18 +253,32 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
 
     let mut handshake: Option<(Initiator, Instant)> = None;
     let mut established_at: Option<Instant> = None;
+    // When the server was last heard from (an authentic datagram the engine took).
+    let mut last_heard = now();
+    let silent_after = session.engine.config().keepalive_interval * SILENT_KEEPALIVES;
     let mut ready = Vec::<Ready>::new();
     let mut net_events = Vec::new();
     let mut tunbuf = vec![0u8; 65536];
     let mut rxbuf = vec![0u8; 65536];
     tracing::info!(
-        session = format!("{session_id:08x}"),
+        session = format!("{:08x}", session.engine.config().session),
         links = links.len(),
         "client started"
     );
 
     loop {
         let t = now();
+        if session.established()
+            && t - last_heard >= silent_after
+            && links.iter().any(ClientLink::usable)
+        {
+            tracing::warn!(
+                silent_s = (t - last_heard).as_secs_f64(),
+                "nothing from the server: a new session"
+            );
+            session = new_session(&cfg, &links, t)?;
+            (handshake, established_at, last_heard) = (None, None, t);
+        }
         // Handshake: start, retry, or rekey.
         let rekey_due = established_at.is_some_and(|e| t - e >= REKEY_AFTER_TIME);
         let retry_due = handshake
@@ -286,11 +288,11 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             || retry_due
             || (rekey_due && handshake.is_none())
         {
-            let first = links.iter().position(|l| l.up && l.has_addr).unwrap_or(0);
+            let first = links.iter().position(ClientLink::usable).unwrap_or(0);
             let (init, datagram) = Initiator::new(
                 &cfg.private_key,
                 &cfg.server_key,
-                session_id,
+                session.engine.config().session,
                 session.keys.next_epoch(),
                 first as u16,
                 unix_now(),
@@ -299,7 +301,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("handshake: {e}"))?;
             // No link is special: the same initiation goes out on every usable link and
             // the server answers the first copy that reaches it.
-            for l in links.iter().filter(|l| l.up && l.has_addr) {
+            for l in links.iter().filter(|l| l.usable()) {
                 let _ = l.socket.send_to(&datagram, l.server);
             }
             handshake = Some((init, t));
@@ -402,7 +404,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     }
                     for (i, l) in links.iter().enumerate() {
                         let id = LinkId(i as u16);
-                        let usable = l.up && l.has_addr;
+                        let usable = l.usable();
                         let was_down = session
                             .engine
                             .link_views(t)
@@ -466,6 +468,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                                             Ok(transport) => {
                                                 if session.install(t, transport) {
                                                     established_at = Some(t);
+                                                    last_heard = t;
                                                     tracing::info!(link = %l.name, "handshake complete");
                                                 }
                                                 handshake = None;
@@ -477,7 +480,9 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                                     }
                                     continue;
                                 }
-                                session.handle_datagram(t, d);
+                                if session.handle_datagram(t, d) {
+                                    last_heard = t;
+                                }
                             }
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                             // A socket error (an ICMP unreachable) is cleared by reading
@@ -497,6 +502,41 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         ready = batch;
         session.handle_timeout(t);
     }
+}
+
+/// A session with a fresh id and engine, its links as they are now; its handshake is
+/// still to be made.
+fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<Session> {
+    let c = &cfg.file.client;
+    let mut config = Config::new(Role::Client);
+    config
+        .session(random_u32()?.max(1))
+        .budget_packets(c.budget_packets);
+    (config.reinjection, config.rej_min) = cfg.reinjection;
+    (config.rate_control, config.rate_control_max_queue) = cfg.rate_control;
+    config.codel_target = cfg.codel_target;
+    cfg.policies.apply(&mut config);
+    config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
+    let mut engine = Endpoint::new(config, t).map_err(|e| anyhow::anyhow!("engine: {e}"))?;
+    for (i, (l, cl)) in cfg.file.links.iter().zip(links).enumerate() {
+        engine.add_link(
+            t,
+            LinkId(i as u16),
+            LinkConfig {
+                backup: l.backup,
+                pacing_rate: l.pacing_rate_mbps.map(|r| r * 1e6 / 8.0),
+                capacity: l.capacity_mbps.map(|r| r * 1e6 / 8.0),
+            },
+        );
+        if !cl.usable() {
+            engine.handle_link_change(t, LinkId(i as u16), LinkChange::Down);
+        }
+    }
+    let mut session = Session::new(engine);
+    if let Some(d) = cfg.dispatch {
+        session.set_dispatch(Some(d.horizon));
+    }
+    Ok(session)
 }
 
 fn client_status(

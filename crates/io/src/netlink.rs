@@ -328,5 +328,4 @@ mod tests {
         parse(&[1, 2, 3], &mut out);
         assert!(out.is_empty());
     }
-
 }
