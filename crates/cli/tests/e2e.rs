@@ -52,6 +52,8 @@ struct Net {
     listen: Vec<String>,
     /// Each client link's `server` address.
     servers: [String; 2],
+    /// Lines added to the server's main section only.
+    server_extra: String,
 }
 
 impl Net {
@@ -72,6 +74,7 @@ impl Net {
             daemons: Vec::new(),
             listen: vec!["0.0.0.0:51820".into()],
             servers: ["198.18.10.1:51820".into(), "198.18.11.1:51820".into()],
+            server_extra: String::new(),
         };
         sh(&["ip", "netns", "add", &c]);
         sh(&["ip", "netns", "add", &s]);
@@ -173,7 +176,7 @@ impl Net {
     fn start_with(&mut self, client_key: &(String, String), allowed_client_pub: &str, extra: &str) {
         let server_key = Self::key();
         let server_toml = format!(
-            "[server]\nprivate_key = \"{}\"\nlisten = [{}]\ntun = \"lbs0\"\naddress = \"10.77.0.1/24\"\ncontrol_socket = \"{}\"\n{extra}[[peers]]\nname = \"c\"\npublic_key = \"{}\"\naddress = \"10.77.0.2\"\n",
+            "[server]\nprivate_key = \"{}\"\nlisten = [{}]\ntun = \"lbs0\"\naddress = \"10.77.0.1/24\"\ncontrol_socket = \"{}\"\n{extra}{}[[peers]]\nname = \"c\"\npublic_key = \"{}\"\naddress = \"10.77.0.2\"\n",
             server_key.0,
             self.listen
                 .iter()
@@ -181,6 +184,7 @@ impl Net {
                 .collect::<Vec<_>>()
                 .join(", "),
             self.dir.join("server.sock").display(),
+            self.server_extra,
             allowed_client_pub
         );
         let client_toml = format!(
@@ -550,6 +554,35 @@ fn the_tunnel_carries_again_after_the_server_restarts() {
         "tunnel back {:?} after the restart; 4 MiB in {took:?}",
         restarted.elapsed() - took
     );
+}
+
+/// A client that goes away (its host switched off) leaves no session on the server
+/// beyond `session_timeout_s`; a live client, idle, keeps its session.
+#[test]
+fn a_silent_clients_session_times_out_on_the_server() {
+    if !root_or_skip("a_silent_clients_session_times_out_on_the_server") {
+        return;
+    }
+    let mut net = Net::new();
+    net.server_extra = "session_timeout_s = 2.0\n".into();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    let sessions = |net: &Net| {
+        net.status("server")["sessions"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    // Idle but alive for twice the timeout: its probes keep the session.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(sessions(&net), 1, "{}", net.logs());
+    // The client is gone (SIGKILL: it says nothing).
+    let client = &mut net.daemons[1];
+    let _ = client.kill();
+    let _ = client.wait();
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(sessions(&net), 0, "{}", net.status("server"));
+    assert!(net.logs().contains("session timed out"));
 }
 
 /// A link's interface is removed and made again (a USB modem unplugged and plugged back

@@ -236,6 +236,11 @@ pub struct ServerSection {
     pub control_socket: Option<PathBuf>,
     /// Address of the Prometheus text endpoint; off when absent.
     pub metrics_listen: Option<SocketAddr>,
+    /// A client session from which nothing authentic came for this long is dropped, its
+    /// keys with it (a client that went away; a live client probes each of its links every
+    /// second and rekeys every 120 s). Seconds, default 180 (WireGuard's reject-after
+    /// time).
+    pub session_timeout_s: Option<f64>,
     /// Packets per link below the binding point. Default 2.
     #[serde(default = "default_budget")]
     pub budget_packets: usize,
@@ -354,6 +359,8 @@ pub struct ServerConfig {
     pub policies: Policies,
     /// The dispatch stage, when on.
     pub dispatch: Option<Dispatch>,
+    /// How long a silent client session is kept.
+    pub session_timeout: Duration,
 }
 
 /// The dispatch stage's settings, validated.
@@ -788,6 +795,17 @@ impl ServerConfig {
             &file.rules,
             &file.overflow,
         )?;
+        let session_timeout = match s.session_timeout_s {
+            None => Duration::from_secs(180),
+            Some(t) if t.is_finite() && (1.0..=86_400.0).contains(&t) => Duration::from_secs_f64(t),
+            Some(t) => {
+                return Err(v.err(
+                    "server.session_timeout_s",
+                    t,
+                    "seconds from 1 to 86400 (a live client is heard every second)",
+                ));
+            }
+        };
         if s.listen.is_empty() {
             return Err(v.err(
                 "server.listen",
@@ -834,6 +852,7 @@ impl ServerConfig {
             codel_target,
             policies,
             dispatch,
+            session_timeout,
             file,
         })
     }
@@ -932,6 +951,35 @@ mod tests {
             .to_string();
         assert!(
             e.contains("links[0].capacity_mbps = 0") && e.contains("a rate above 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn session_timeout_defaults_to_180_s_and_takes_seconds_from_1() {
+        let text = include_str!("../../../examples/server.toml")
+            .replace(
+                "\"REPLACE: output of `latebind genkey`\"",
+                &format!(
+                    "\"{}\"",
+                    StaticSecret::from_random_bytes([5; 32]).to_base64()
+                ),
+            )
+            .replace(
+                "\"REPLACE: the client's public key\"",
+                &format!(
+                    "\"{}\"",
+                    StaticSecret::from_random_bytes([6; 32]).public_key()
+                ),
+            );
+        let s = ServerConfig::parse(Path::new("s.toml"), &text).unwrap();
+        assert_eq!(s.session_timeout, Duration::from_secs(180));
+        let text = text.replacen("# session_timeout_s = 180.0", "session_timeout_s = 0.5", 1);
+        let e = ServerConfig::parse(Path::new("s.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("server.session_timeout_s = 0.5: expected seconds from 1 to 86400"),
             "{e}"
         );
     }

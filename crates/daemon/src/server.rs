@@ -41,6 +41,8 @@ struct Client {
     session: Session,
     /// Where each of its links was last reached from: (socket index, peer address).
     paths: HashMap<u16, (usize, SocketAddr)>,
+    /// When it was last heard from: its handshake, or a datagram the engine took.
+    last_heard: Instant,
 }
 
 fn now() -> Instant {
@@ -104,6 +106,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let reinjection = cfg.reinjection;
     let rate_control = cfg.rate_control;
     let codel_target = cfg.codel_target;
+    let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
     let mut tunbuf = vec![0u8; 65536];
@@ -250,6 +253,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                             address,
                                             session: Session::new(engine),
                                             paths: HashMap::new(),
+                                            last_heard: t,
                                         }
                                     });
                                     if c.address != address {
@@ -275,6 +279,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                     // sends on each of its links at once (link status);
                                     // each link is learnt from its first authentic
                                     // datagram.
+                                    c.last_heard = t;
                                     by_address.insert(address, acc.session);
                                     let _ = sock.send_to(&acc.response, from);
                                     tracing::info!(peer = %name, session = format!("{:08x}", acc.session), "handshake accepted");
@@ -295,6 +300,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                             continue;
                         };
                         if c.session.handle_datagram(t, d) {
+                            c.last_heard = t;
                             // Authentic and new (a replay may come from anywhere): this is
                             // where that link is reached now. Another address than before
                             // (not only another port: a NAT's rebinding keeps the path)
@@ -316,6 +322,17 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         for c in clients.values_mut() {
             c.session.handle_timeout(t);
         }
+        // A client that went away: its session and keys go after `session_timeout`.
+        clients.retain(|id, c| {
+            let keep = t - c.last_heard < session_timeout;
+            if !keep {
+                tracing::info!(peer = %c.name, session = format!("{id:08x}"), "session timed out");
+                if by_address.get(&c.address) == Some(id) {
+                    by_address.remove(&c.address);
+                }
+            }
+            keep
+        });
     }
 }
 
