@@ -302,6 +302,7 @@ impl Drop for Net {
             .args(["netns", "del", &self.server_ns])
             .status();
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(&self.client_ns));
     }
 }
 
@@ -583,6 +584,30 @@ fn a_silent_clients_session_times_out_on_the_server() {
     std::thread::sleep(Duration::from_millis(3500));
     assert_eq!(sessions(&net), 0, "{}", net.status("server"));
     assert!(net.logs().contains("session timed out"));
+}
+
+/// A link's server given by name: the client resolves it when it starts (here from the
+/// client namespace's own hosts file, which `ip netns exec` puts in place of
+/// `/etc/hosts`), and the link carries the tunnel.
+#[test]
+fn a_links_server_given_by_name_is_resolved() {
+    if !root_or_skip("a_links_server_given_by_name_is_resolved") {
+        return;
+    }
+    let mut net = Net::new();
+    let etc = Path::new("/etc/netns").join(&net.client_ns);
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(etc.join("hosts"), "198.18.11.1 lb-server.test\n").unwrap();
+    net.servers[1] = "lb-server.test:51820".into();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    let st = net.status("client");
+    assert_eq!(
+        st["sessions"][0]["links"][1]["peer_address"], "198.18.11.1:51820",
+        "{st}"
+    );
+    transfer_over_link_b_alone(&net);
 }
 
 /// A link's interface is removed and made again (a USB modem unplugged and plugged back

@@ -170,12 +170,35 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     }
 
     let mut links = Vec::new();
-    for (i, l) in cfg.file.links.iter().enumerate() {
+    for (i, (l, spec)) in cfg.file.links.iter().zip(&cfg.servers).enumerate() {
+        // A name resolves once, now (as WireGuard's endpoints), to an address of the
+        // family the link can use: its bind address's, else one its interface has.
+        let want_v6 = l.bind.map(|b| b.is_ipv6()).or_else(|| {
+            interface_state(&l.interface).and_then(|s| match (s.has_v4, s.has_v6) {
+                (true, _) => Some(false),
+                (false, true) => Some(true),
+                _ => None,
+            })
+        });
+        let server = spec
+            .resolve(want_v6)
+            .with_context(|| format!("links[{i}].server = \"{spec}\": resolving it"))?;
+        if let Some(b) = l.bind
+            && b.is_ipv6() != server.is_ipv6()
+        {
+            bail!(
+                "links[{i}].server = \"{spec}\": resolves to {server}, expected an address of \
+                 the family of links[{i}].bind ({b})"
+            );
+        }
+        if spec.to_string() != server.to_string() {
+            tracing::info!(link = %l.name, %spec, %server, "server name resolved");
+        }
         // Any local address of the server address's family (an IPv6-only cellular
         // network's link talks to the server's IPv6 address); the config checks that a
         // given `bind` has that family.
         let bind = l.bind.unwrap_or_else(|| {
-            let any: std::net::IpAddr = if l.server.is_ipv6() {
+            let any: std::net::IpAddr = if server.is_ipv6() {
                 std::net::Ipv6Addr::UNSPECIFIED.into()
             } else {
                 std::net::Ipv4Addr::UNSPECIFIED.into()
@@ -199,7 +222,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             name: l.name.clone(),
             interface: l.interface.clone(),
             index: None,
-            server: l.server,
+            server,
             socket,
             bound_index: None,
             up: false,

@@ -128,8 +128,9 @@ pub struct LinkSection {
     pub name: String,
     /// The local interface this link uses (its socket is bound to it).
     pub interface: String,
-    /// The server's address as reached over this link.
-    pub server: SocketAddr,
+    /// The server as reached over this link: `ip:port`, `[ipv6]:port`, or `host:port`
+    /// (resolved when the client starts).
+    pub server: String,
     /// Local address to bind (default: any address, port chosen by the kernel).
     pub bind: Option<SocketAddr>,
     /// Used only when no other link is up.
@@ -334,6 +335,76 @@ pub struct ClientConfig {
     pub policies: Policies,
     /// The dispatch stage, when on.
     pub dispatch: Option<Dispatch>,
+    /// Each link's server, parsed.
+    pub servers: Vec<ServerAddr>,
+}
+
+/// A link's server: an address, or a name the client resolves when it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerAddr {
+    /// `ip:port` or `[ipv6]:port`.
+    Addr(SocketAddr),
+    /// `host:port`.
+    Name {
+        /// The host name.
+        host: String,
+        /// The UDP port.
+        port: u16,
+    },
+}
+
+impl ServerAddr {
+    /// Parses `ip:port`, `[ipv6]:port` or `host:port` (a DNS name: letters, digits, `-`
+    /// and `.`; a port from 1).
+    pub fn parse(text: &str) -> Option<Self> {
+        if let Ok(a) = text.parse::<SocketAddr>() {
+            return (a.port() != 0).then_some(Self::Addr(a));
+        }
+        let (host, port) = text.rsplit_once(':')?;
+        let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        };
+        let name = host.strip_suffix('.').unwrap_or(host);
+        (host.len() <= 253
+            && name.split('.').all(label_ok)
+            && !name.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .then(|| Self::Name {
+            host: host.to_owned(),
+            port,
+        })
+    }
+
+    /// The address to send to: an address as it is; a name through the system's
+    /// resolver, its first address of the family asked for (`Some(true)`: IPv6) if it
+    /// has one, else its first.
+    pub fn resolve(&self, want_v6: Option<bool>) -> std::io::Result<SocketAddr> {
+        match self {
+            Self::Addr(a) => Ok(*a),
+            Self::Name { host, port } => {
+                use std::net::ToSocketAddrs as _;
+                let all: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs()?.collect();
+                want_v6
+                    .and_then(|v6| all.iter().find(|a| a.is_ipv6() == v6))
+                    .or(all.first())
+                    .copied()
+                    .ok_or_else(|| std::io::Error::other("the name has no address"))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Addr(a) => write!(f, "{a}"),
+            Self::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
 }
 
 /// A validated server configuration.
@@ -701,8 +772,16 @@ impl ClientConfig {
         if file.links.len() > 64 {
             return Err(v.err("links", file.links.len(), "at most 64 links"));
         }
+        let mut servers = Vec::new();
         for (i, l) in file.links.iter().enumerate() {
             v.ifname(&format!("links[{i}].interface"), &l.interface)?;
+            let Some(server) = ServerAddr::parse(&l.server) else {
+                return Err(v.err(
+                    format!("links[{i}].server"),
+                    format!("{:?}", l.server),
+                    "ip:port, [ipv6]:port or host:port, with a port from 1",
+                ));
+            };
             for (key, rate) in [
                 ("pacing_rate_mbps", l.pacing_rate_mbps),
                 ("capacity_mbps", l.capacity_mbps),
@@ -717,10 +796,10 @@ impl ClientConfig {
                     ));
                 }
             }
-            if let Some(b) = l.bind
-                && b.is_ipv6() != l.server.is_ipv6()
+            if let (Some(b), ServerAddr::Addr(a)) = (l.bind, &server)
+                && b.is_ipv6() != a.is_ipv6()
             {
-                let family = if l.server.is_ipv6() { "IPv6" } else { "IPv4" };
+                let family = if a.is_ipv6() { "IPv6" } else { "IPv4" };
                 return Err(v.err(
                     format!("links[{i}].bind"),
                     b,
@@ -737,6 +816,7 @@ impl ClientConfig {
                     "a name no other link has",
                 ));
             }
+            servers.push(server);
         }
         let control_socket = c
             .control_socket
@@ -753,6 +833,7 @@ impl ClientConfig {
             codel_target,
             policies,
             dispatch,
+            servers,
             file,
         })
     }
@@ -985,6 +1066,76 @@ mod tests {
     }
 
     #[test]
+    fn a_links_server_is_an_address_or_a_host_name_with_a_port() {
+        for (text, want) in [
+            (
+                "192.0.2.10:51820",
+                Some(ServerAddr::Addr("192.0.2.10:51820".parse().unwrap())),
+            ),
+            (
+                "[2001:db8::1]:443",
+                Some(ServerAddr::Addr("[2001:db8::1]:443".parse().unwrap())),
+            ),
+            (
+                "vpn.example.com:51820",
+                Some(ServerAddr::Name {
+                    host: "vpn.example.com".into(),
+                    port: 51820,
+                }),
+            ),
+            (
+                "vpn:1",
+                Some(ServerAddr::Name {
+                    host: "vpn".into(),
+                    port: 1,
+                }),
+            ),
+            ("vpn.example.com", None),
+            ("vpn.example.com:0", None),
+            ("vpn.example.com:70000", None),
+            ("vpn_example.com:51820", None),
+            ("-vpn.example.com:51820", None),
+            ("..:51820", None),
+            (":51820", None),
+            ("192.0.2.300:51820", None),
+            ("2001:db8::1:51820", None),
+        ] {
+            assert_eq!(ServerAddr::parse(text), want, "{text}");
+        }
+        let text = client_text("").replacen(
+            "server = \"192.0.2.10:51820\"",
+            "server = \"vpn.example.com\"",
+            1,
+        );
+        let e = ClientConfig::parse(Path::new("c.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "links[0].server = \"vpn.example.com\": expected ip:port, [ipv6]:port or host:port"
+            ),
+            "{e}"
+        );
+        // A name is resolved by the client, not here; any bind address goes with it.
+        let text = client_text("")
+            .replacen(
+                "server = \"192.0.2.10:51820\"",
+                "server = \"vpn.example.com:51820\"",
+                1,
+            )
+            .replacen("# bind = \"0.0.0.0:0\"", "bind = \"[::]:0\"", 1);
+        let c = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
+        assert!(matches!(c.servers[0], ServerAddr::Name { .. }));
+        assert_eq!(
+            ServerAddr::parse("127.0.0.1:9")
+                .unwrap()
+                .resolve(Some(true))
+                .unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+    }
+
+    #[test]
     fn a_links_bind_address_must_have_its_servers_family() {
         let text = client_text("").replacen(
             "server = \"192.0.2.10:51820\"",
@@ -992,7 +1143,10 @@ mod tests {
             1,
         );
         let c = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
-        assert!(c.file.links[0].server.is_ipv6());
+        assert_eq!(
+            c.servers[0],
+            ServerAddr::Addr("[2001:db8::10]:51820".parse().unwrap())
+        );
         let text = text.replacen("# bind = \"0.0.0.0:0\"", "bind = \"0.0.0.0:0\"", 1);
         let e = ClientConfig::parse(Path::new("c.toml"), &text)
             .unwrap_err()
