@@ -610,6 +610,45 @@ fn a_links_server_given_by_name_is_resolved() {
     transfer_over_link_b_alone(&net);
 }
 
+/// The server's name moves to another address (a dynamic DNS name, the server's address
+/// changed): nothing comes back at the old one, and the new session the client makes then
+/// resolves the name again.
+#[test]
+fn a_server_name_that_moves_is_resolved_again_for_the_new_session() {
+    if !root_or_skip("a_server_name_that_moves_is_resolved_again_for_the_new_session") {
+        return;
+    }
+    let mut net = Net::new();
+    let etc = Path::new("/etc/netns").join(&net.client_ns);
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(etc.join("hosts"), "198.18.11.1 lb-server.test\n").unwrap();
+    net.servers[1] = "lb-server.test:51820".into();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    sh(&["ip", "-n", &net.client_ns, "link", "set", "c0", "down"]);
+    std::fs::write(etc.join("hosts"), "198.18.11.3 lb-server.test\n").unwrap();
+    // (Deleting a primary address takes its secondaries with it: delete first.)
+    for (verb, addr) in [("del", "198.18.11.1/24"), ("add", "198.18.11.3/24")] {
+        sh(&["ip", "-n", &net.server_ns, "addr", verb, addr, "dev", "s1"]);
+    }
+    let at = |net: &Net| {
+        net.status("client")["sessions"][0]["links"][1]["peer_address"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while (at(&net) != "198.18.11.3:51820"
+        || net.status("client")["sessions"][0]["established"] != true)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(at(&net), "198.18.11.3:51820", "{}", net.logs());
+    transfer_over_link_b_alone(&net);
+}
+
 /// A link's interface is removed and made again (a USB modem unplugged and plugged back
 /// in: the same name, another interface index). The client's socket for the link was
 /// bound to the old interface; the link must come back all the same: with the other link

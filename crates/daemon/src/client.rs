@@ -22,7 +22,7 @@ use latebind_io::poll::{Poller, Ready, TOKEN_SIGNAL, TOKEN_TIMER};
 use latebind_io::tun::Tun;
 use latebind_proto::{Config, Endpoint, Instant, LinkChange, LinkConfig, LinkId, Role};
 
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, LinkSection, ServerAddr};
 use crate::control::Control;
 use crate::dispatch::DispatchStage;
 use crate::packet::clamp_mss;
@@ -171,29 +171,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
 
     let mut links = Vec::new();
     for (i, (l, spec)) in cfg.file.links.iter().zip(&cfg.servers).enumerate() {
-        // A name resolves once, now (as WireGuard's endpoints), to an address of the
-        // family the link can use: its bind address's, else one its interface has.
-        let want_v6 = l.bind.map(|b| b.is_ipv6()).or_else(|| {
-            interface_state(&l.interface).and_then(|s| match (s.has_v4, s.has_v6) {
-                (true, _) => Some(false),
-                (false, true) => Some(true),
-                _ => None,
-            })
-        });
-        let server = spec
-            .resolve(want_v6)
-            .with_context(|| format!("links[{i}].server = \"{spec}\": resolving it"))?;
-        if let Some(b) = l.bind
-            && b.is_ipv6() != server.is_ipv6()
-        {
-            bail!(
-                "links[{i}].server = \"{spec}\": resolves to {server}, expected an address of \
-                 the family of links[{i}].bind ({b})"
-            );
-        }
-        if spec.to_string() != server.to_string() {
-            tracing::info!(link = %l.name, %spec, %server, "server name resolved");
-        }
+        let server = resolve_server(i, l, spec)?;
         // Any local address of the server address's family (an IPv6-only cellular
         // network's link talks to the server's IPv6 address); the config checks that a
         // given `bind` has that family.
@@ -299,6 +277,20 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                 silent_s = (t - last_heard).as_secs_f64(),
                 "nothing from the server: a new session"
             );
+            // A server given by name may have moved (a dynamic DNS name): ask again.
+            for (i, (l, spec)) in cfg.file.links.iter().zip(&cfg.servers).enumerate() {
+                if let ServerAddr::Name { .. } = spec {
+                    match resolve_server(i, l, spec) {
+                        Ok(a) if a.is_ipv6() == links[i].server.is_ipv6() => links[i].server = a,
+                        Ok(a) => {
+                            tracing::warn!(link = %l.name, %a, "the server's name resolves to the other family now: kept the old address")
+                        }
+                        Err(e) => {
+                            tracing::warn!(link = %l.name, %e, "resolving the server's name again")
+                        }
+                    }
+                }
+            }
             session = new_session(&cfg, &links, t)?;
             (handshake, established_at, last_heard) = (None, None, t);
         }
@@ -525,6 +517,34 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         ready = batch;
         session.handle_timeout(t);
     }
+}
+
+/// Link `i`'s server address: `spec` itself, or its name resolved (as WireGuard's
+/// endpoints: when the client starts, and again when a new session is made) to an address
+/// of the family the link can use: its bind address's, else one its interface has.
+fn resolve_server(i: usize, l: &LinkSection, spec: &ServerAddr) -> Result<SocketAddr> {
+    let want_v6 = l.bind.map(|b| b.is_ipv6()).or_else(|| {
+        interface_state(&l.interface).and_then(|s| match (s.has_v4, s.has_v6) {
+            (true, _) => Some(false),
+            (false, true) => Some(true),
+            _ => None,
+        })
+    });
+    let server = spec
+        .resolve(want_v6)
+        .with_context(|| format!("links[{i}].server = \"{spec}\": resolving it"))?;
+    if let Some(b) = l.bind
+        && b.is_ipv6() != server.is_ipv6()
+    {
+        bail!(
+            "links[{i}].server = \"{spec}\": resolves to {server}, expected an address of the \
+             family of links[{i}].bind ({b})"
+        );
+    }
+    if spec.to_string() != server.to_string() {
+        tracing::info!(link = %l.name, %spec, %server, "server name resolved");
+    }
+    Ok(server)
 }
 
 /// A session with a fresh id and engine, its links as they are now; its handshake is
