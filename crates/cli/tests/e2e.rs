@@ -607,6 +607,16 @@ fn a_links_server_given_by_name_is_resolved() {
         st["sessions"][0]["links"][1]["peer_address"], "198.18.11.1:51820",
         "{st}"
     );
+    let out = Command::new(bin())
+        .args(["status", "--socket"])
+        .arg(net.dir.join("client.sock"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("peer at: a 198.18.10.1:51820, b 198.18.11.1:51820"),
+        "{text}"
+    );
     transfer_over_link_b_alone(&net);
 }
 

@@ -453,6 +453,14 @@ impl Status {
                     l.loss_pct
                 );
             }
+            let at: Vec<String> = ses
+                .links
+                .iter()
+                .filter_map(|l| Some(format!("{} {}", l.name, l.peer_address.as_ref()?)))
+                .collect();
+            if !at.is_empty() {
+                let _ = writeln!(s, "  peer at: {}", at.join(", "));
+            }
             let e = &ses.engine;
             let d = &ses.daemon;
             let _ = writeln!(
