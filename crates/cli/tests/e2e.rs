@@ -87,6 +87,16 @@ impl Net {
         net
     }
 
+    /// [`Self::new`] with both daemons started (the client's key allowed) and the
+    /// session established.
+    fn running() -> Self {
+        let mut net = Self::new();
+        let client_key = Self::key();
+        net.start(&client_key, &client_key.1.clone());
+        net.wait_established();
+        net
+    }
+
     /// Makes link `i`: a veth pair, `c{i}` in the client's namespace (198.18.{10+i}.2/24)
     /// and `s{i}` in the server's (.1), both up.
     fn make_link(&self, i: usize) {
@@ -145,6 +155,15 @@ impl Net {
         ]);
         sh(&["ip", "-n", &self.client_ns, "link", "set", &ci, "up"]);
         sh(&["ip", "-n", &self.server_ns, "link", "set", &si, "up"]);
+    }
+
+    /// Link b's server is `lb-server.test:51820`, which the client namespace's hosts file
+    /// (put in place of `/etc/hosts` by `ip netns exec`) says is at `address`.
+    fn name_link_b_server(&mut self, address: &str) {
+        let etc = Path::new("/etc/netns").join(&self.client_ns);
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(etc.join("hosts"), format!("{address} lb-server.test\n")).unwrap();
+        self.servers[1] = "lb-server.test:51820".into();
     }
 
     fn key() -> (String, String) {
@@ -354,10 +373,7 @@ fn tcp_and_udp_through_the_tunnel_over_two_links() {
     if !root_or_skip("tcp_and_udp_through_the_tunnel_over_two_links") {
         return;
     }
-    let mut net = Net::new();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    let net = Net::running();
 
     let (got, took) = tcp_transfer(&net, 8 << 20, || {});
     assert_eq!(got, 8 << 20, "logs: {}", net.logs());
@@ -515,10 +531,7 @@ fn link_cut_mid_transfer_and_the_transfer_completes() {
     if !root_or_skip("link_cut_mid_transfer_and_the_transfer_completes") {
         return;
     }
-    let mut net = Net::new();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    let net = Net::running();
     let ns = net.client_ns.clone();
     let (got, took) = tcp_transfer(&net, 16 << 20, move || {
         std::thread::sleep(Duration::from_millis(150));
@@ -537,10 +550,7 @@ fn the_tunnel_carries_again_after_the_server_restarts() {
     if !root_or_skip("the_tunnel_carries_again_after_the_server_restarts") {
         return;
     }
-    let mut net = Net::new();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    let mut net = Net::running();
     let (got, _) = tcp_transfer(&net, 1 << 20, || {});
     assert_eq!(got, 1 << 20);
     net.restart_server();
@@ -595,10 +605,7 @@ fn a_links_server_given_by_name_is_resolved() {
         return;
     }
     let mut net = Net::new();
-    let etc = Path::new("/etc/netns").join(&net.client_ns);
-    std::fs::create_dir_all(&etc).unwrap();
-    std::fs::write(etc.join("hosts"), "198.18.11.1 lb-server.test\n").unwrap();
-    net.servers[1] = "lb-server.test:51820".into();
+    net.name_link_b_server("198.18.11.1");
     let client_key = Net::key();
     net.start(&client_key, &client_key.1.clone());
     net.wait_established();
@@ -629,15 +636,12 @@ fn a_server_name_that_moves_is_resolved_again_for_the_new_session() {
         return;
     }
     let mut net = Net::new();
-    let etc = Path::new("/etc/netns").join(&net.client_ns);
-    std::fs::create_dir_all(&etc).unwrap();
-    std::fs::write(etc.join("hosts"), "198.18.11.1 lb-server.test\n").unwrap();
-    net.servers[1] = "lb-server.test:51820".into();
+    net.name_link_b_server("198.18.11.1");
     let client_key = Net::key();
     net.start(&client_key, &client_key.1.clone());
     net.wait_established();
     sh(&["ip", "-n", &net.client_ns, "link", "set", "c0", "down"]);
-    std::fs::write(etc.join("hosts"), "198.18.11.3 lb-server.test\n").unwrap();
+    net.name_link_b_server("198.18.11.3");
     // (Deleting a primary address takes its secondaries with it: delete first.)
     for (verb, addr) in [("del", "198.18.11.1/24"), ("add", "198.18.11.3/24")] {
         sh(&["ip", "-n", &net.server_ns, "addr", verb, addr, "dev", "s1"]);
@@ -668,10 +672,7 @@ fn a_links_interface_removed_and_made_again_carries_the_tunnel_again() {
     if !root_or_skip("a_links_interface_removed_and_made_again_carries_the_tunnel_again") {
         return;
     }
-    let mut net = Net::new();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    let net = Net::running();
     // Deleting one end of a veth pair deletes the other.
     sh(&["ip", "-n", &net.client_ns, "link", "del", "c1"]);
     std::thread::sleep(Duration::from_millis(300));
@@ -729,10 +730,7 @@ fn forged_garbage_and_wrong_key_dropped_and_counted_tunnel_keeps_working() {
     if !root_or_skip("forged_garbage_and_wrong_key_dropped_and_counted_tunnel_keeps_working") {
         return;
     }
-    let mut net = Net::new();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    let net = Net::running();
     let session = net.status("client")["sessions"][0]["session"]
         .as_u64()
         .unwrap() as u32;
