@@ -194,7 +194,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                 l.name, l.interface
             )
         };
-        let socket = LinkSocket::bind(bind, None, Some(sndbuf)).with_context(context)?;
+        let socket = LinkSocket::bind(bind, Some(sndbuf)).with_context(context)?;
         poller.add_edge(socket.as_fd(), TOKEN_LINK + i as u64)?;
         let mut link = ClientLink {
             name: l.name.clone(),

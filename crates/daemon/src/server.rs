@@ -60,7 +60,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     let mut sockets = Vec::new();
     for (i, addr) in s.listen.iter().enumerate() {
-        let sock = LinkSocket::bind(*addr, None, None)
+        let sock = LinkSocket::bind(*addr, None)
             .with_context(|| format!("server.listen[{i}]: binding {addr}"))?;
         poller.add(sock.as_fd(), TOKEN_SOCKET + i as u64, false)?;
         sockets.push(sock);

@@ -19,22 +19,15 @@ pub struct LinkSocket {
 }
 
 impl LinkSocket {
-    /// Binds a socket to `local`, optionally to `interface`, with a send buffer of
-    /// `sndbuf` bytes (the kernel rounds small values up to its minimum).
-    pub fn bind(
-        local: SocketAddr,
-        interface: Option<&str>,
-        sndbuf: Option<usize>,
-    ) -> io::Result<Self> {
+    /// Binds a socket to `local` with a send buffer of `sndbuf` bytes (the kernel rounds
+    /// small values up to its minimum); [`Self::bind_device`] binds it to an interface.
+    pub fn bind(local: SocketAddr, sndbuf: Option<usize>) -> io::Result<Self> {
         let domain = if local.is_ipv4() {
             Domain::IPV4
         } else {
             Domain::IPV6
         };
         let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-        if let Some(ifname) = interface {
-            socket.bind_device(Some(ifname.as_bytes()))?;
-        }
         if let Some(size) = sndbuf {
             socket.set_send_buffer_size(size)?;
         }

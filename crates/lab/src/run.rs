@@ -348,11 +348,12 @@ fn routes(l: &LinkAddrs, client_oif: i32, server_oif: i32) -> (Route, Route) {
     )
 }
 
-/// The client's address on a link after its `k`-th move (`outage_new_address`): host
-/// `10 + k` of the link's /24 (the original is `.1`, the server `.2`).
-fn moved_address(original: Ipv4Addr, k: u8) -> Ipv4Addr {
+/// The client's address on a link after its `k`-th move (`outage_new_address`, `k` from
+/// 1): host `10 + k` of the link's /24, `.11` to `.250` and round again (the original is
+/// `.1`, the server `.2`).
+fn moved_address(original: Ipv4Addr, k: u32) -> Ipv4Addr {
     let [a, b, c, _] = original.octets();
-    Ipv4Addr::new(a, b, c, 10u8.saturating_add(k))
+    Ipv4Addr::new(a, b, c, 11 + (k.saturating_sub(1) % 240) as u8)
 }
 
 /// What `outage_new_address` needs of a lab run: mode late or early (kernel MPTCP's
@@ -837,7 +838,7 @@ fn run_mode(
     let mut max_qlen = vec![0u32; n];
     let mut purged = vec![0u64; n];
     // Times each link came back with a new address (`outage_new_address`).
-    let mut moves = vec![0u8; n];
+    let mut moves = vec![0u32; n];
     let mut edges = Vec::new();
     let end_ns = base + secs_ns(end_s);
     let sample_ns = opts.sample_every.as_nanos().max(100_000) as u64;
@@ -1294,6 +1295,14 @@ fn helper_failed(h: &mut Helper) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_link_address_stays_a_host_of_its_24() {
+        let o = Ipv4Addr::new(198, 18, 1, 1);
+        assert_eq!(moved_address(o, 1), Ipv4Addr::new(198, 18, 1, 11));
+        assert_eq!(moved_address(o, 240), Ipv4Addr::new(198, 18, 1, 250));
+        assert_eq!(moved_address(o, 241), Ipv4Addr::new(198, 18, 1, 11));
+    }
 
     #[test]
     fn outages_merge_like_the_link_model() {
