@@ -465,7 +465,22 @@ fn a_link_over_ipv6_beside_one_over_ipv4() {
     net.wait_established();
     let (got, _) = tcp_transfer(&net, 8 << 20, || {});
     assert_eq!(got, 8 << 20, "logs: {}", net.logs());
+    // Both ways on each link: the server has measured each one's RTT from the client's
+    // acknowledgements (a link the policy leaves idle within a keepalive interval).
+    let both_measured = |st: &serde_json::Value| {
+        st["sessions"][0]["links"].as_array().is_some_and(|ls| {
+            ls.len() == 2
+                && ls
+                    .iter()
+                    .all(|l| l["state"] == "up" && l["rtt_measured"] == true)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !both_measured(&net.status("server")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let st = net.status("server");
+    assert!(both_measured(&st), "{st}");
     let links = st["sessions"][0]["links"].as_array().unwrap().clone();
     let at = |id: u64| {
         links
@@ -477,10 +492,6 @@ fn a_link_over_ipv6_beside_one_over_ipv4() {
     };
     assert!(at(0).starts_with("198.18.10.2:"), "{st}");
     assert!(at(1).starts_with("[fd77:11::2]:"), "{st}");
-    for l in &links {
-        assert!(l["data_sent"].as_u64().unwrap_or(0) > 0, "{st}");
-        assert!(l["datagrams_received"].as_u64().unwrap_or(0) > 100, "{st}");
-    }
 }
 
 #[test]
