@@ -674,6 +674,32 @@ fn a_server_name_that_moves_is_resolved_again_for_the_new_session() {
     transfer_over_link_b_alone(&net);
 }
 
+/// The server has several addresses and listens on the wildcard address; link b talks to
+/// its second address. The replies must come from that address (the client takes only
+/// what comes from where it sends), not from the one the kernel's routes would pick.
+#[test]
+fn a_server_with_several_addresses_answers_from_the_one_a_link_uses() {
+    if !root_or_skip("a_server_with_several_addresses_answers_from_the_one_a_link_uses") {
+        return;
+    }
+    let mut net = Net::new();
+    sh(&[
+        "ip",
+        "-n",
+        &net.server_ns,
+        "addr",
+        "add",
+        "198.18.11.3/24",
+        "dev",
+        "s1",
+    ]);
+    net.servers[1] = "198.18.11.3:51820".into();
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    net.wait_established();
+    transfer_over_link_b_alone(&net);
+}
+
 /// A link's interface is removed and made again (a USB modem unplugged and plugged back
 /// in: the same name, another interface index). The client's socket for the link was
 /// bound to the old interface; the link must come back all the same: with the other link

@@ -10,7 +10,7 @@
 //! datagrams at their slots on duplicates of the listening sockets.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
 
 use anyhow::{Context, Result, bail};
@@ -35,12 +35,17 @@ const TOKEN_METRICS: u64 = 4;
 const TOKEN_DISPATCH: u64 = 5;
 const TOKEN_SOCKET: u64 = 100;
 
+/// Where a client's link is reached: socket index, the client's address, and the local
+/// address it sent to when the socket is a wildcard one (replies leave from it).
+type Path = (usize, SocketAddr, Option<IpAddr>);
+
 struct Client {
     name: String,
     address: Ipv4Addr,
     session: Session,
-    /// Where each of its links was last reached from: (socket index, peer address).
-    paths: HashMap<u16, (usize, SocketAddr)>,
+    /// Where each of its links was last reached from: socket index, peer address, and
+    /// the local address the peer sent to (a wildcard socket's).
+    paths: HashMap<u16, Path>,
     /// When it was last heard from: its handshake, or a datagram the engine took.
     last_heard: Instant,
 }
@@ -62,6 +67,11 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     for (i, addr) in s.listen.iter().enumerate() {
         let sock = LinkSocket::bind(*addr, None)
             .with_context(|| format!("server.listen[{i}]: binding {addr}"))?;
+        // A wildcard socket answers each link from the address the client sent to.
+        if addr.ip().is_unspecified() {
+            sock.enable_pktinfo()
+                .with_context(|| format!("server.listen[{i}]: IP_PKTINFO on {addr}"))?;
+        }
         poller.add(sock.as_fd(), TOKEN_SOCKET + i as u64, false)?;
         sockets.push(sock);
     }
@@ -213,7 +223,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                         continue;
                     };
                     // Until WouldBlock (or any error): drain the socket.
-                    while let Ok((n, from)) = sock.recv_from(&mut rxbuf) {
+                    while let Ok((n, from, local)) = sock.recv_from_to(&mut rxbuf) {
                         t = now();
                         let d = &rxbuf[..n];
                         if latebind_crypto::is_handshake(d) {
@@ -281,7 +291,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                     // datagram.
                                     c.last_heard = t;
                                     by_address.insert(address, acc.session);
-                                    let _ = sock.send_to(&acc.response, from);
+                                    let _ = sock.send_from_to(&acc.response, from, local);
                                     tracing::info!(peer = %name, session = format!("{:08x}", acc.session), "handshake accepted");
                                 }
                                 Err(e) => {
@@ -306,8 +316,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                             // (not only another port: a NAT's rebinding keeps the path)
                             // may be another path.
                             let link = u16::from_be_bytes([d[6], d[7]]);
-                            if let Some((old_si, old)) = c.paths.insert(link, (si, from))
-                                && (old_si != si || old.ip() != from.ip())
+                            if let Some((old_si, old, old_local)) =
+                                c.paths.insert(link, (si, from, local))
+                                && (old_si != si || old.ip() != from.ip() || old_local != local)
                             {
                                 tracing::info!(link, %old, new = %from, "link path changed");
                                 c.session.engine.handle_path_change(t, LinkId(link));
@@ -339,7 +350,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
 /// The server's sockets, shared by every client and link: the kernel's acceptance is the
 /// departure (its queue cannot be told apart per link).
 struct ServerIo<'a> {
-    paths: &'a HashMap<u16, (usize, SocketAddr)>,
+    paths: &'a HashMap<u16, Path>,
     sockets: &'a [LinkSocket],
     /// The session's id: with the link, the tag of a dispatched datagram.
     session: u32,
@@ -349,7 +360,7 @@ struct ServerIo<'a> {
 impl LinkIo for ServerIo<'_> {
     fn send(&mut self, link: LinkId, datagram: &[u8]) -> Sent {
         match self.paths.get(&link.0) {
-            Some((si, to)) => sent(self.sockets[*si].send_to(datagram, *to)),
+            Some((si, to, from)) => sent(self.sockets[*si].send_from_to(datagram, *to, *from)),
             None => Sent::Failed,
         }
     }
@@ -360,7 +371,9 @@ impl LinkIo for ServerIo<'_> {
 
     fn dispatch(&mut self, link: LinkId, at: Instant, datagram: Vec<u8>) -> bool {
         match (self.stage, self.paths.get(&link.0)) {
-            (Some(stage), Some((si, to))) => {
+            // (The stage sends from the socket's own address: with a wildcard socket on a
+            // host with several addresses, leave it off or list each address.)
+            (Some(stage), Some((si, to, _))) => {
                 let tag = u64::from(self.session) << 16 | u64::from(link.0);
                 stage.submit(at, *si, *to, datagram, tag)
             }
@@ -430,7 +443,7 @@ fn server_status(
                 let c = &clients[id];
                 let mut st = SessionStatus::new(&c.name, &c.session, t, &|l| format!("link{l}"));
                 for l in &mut st.links {
-                    l.peer_address = c.paths.get(&l.id).map(|(_, a)| a.to_string());
+                    l.peer_address = c.paths.get(&l.id).map(|(_, a, _)| a.to_string());
                 }
                 st
             })
