@@ -5,6 +5,7 @@
 # this script creates and removes.
 #
 # Usage: sudo scripts/bench-tunnel.sh [SECONDS]
+# BENCH_CONF="rate_control = false" adds its lines to both daemons' main sections.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -38,6 +39,7 @@ private_key = "$sk"
 listen = ["0.0.0.0:51820"]
 address = "10.77.0.1/24"
 control_socket = "$dir/server.sock"
+${BENCH_CONF:-}
 [[peers]]
 public_key = "$cp"
 address = "10.77.0.2"
@@ -48,6 +50,7 @@ private_key = "$ck"
 server_public_key = "$sp"
 address = "10.77.0.2/24"
 control_socket = "$dir/client.sock"
+${BENCH_CONF:-}
 [[links]]
 name = "a"
 interface = "c0"
