@@ -91,10 +91,15 @@ impl Net {
     /// session established.
     fn running() -> Self {
         let mut net = Self::new();
-        let client_key = Self::key();
-        net.start(&client_key, &client_key.1.clone());
-        net.wait_established();
+        net.start_and_wait();
         net
+    }
+
+    /// Starts both daemons (a fresh client key, allowed) and waits for the session.
+    fn start_and_wait(&mut self) {
+        let client_key = Self::key();
+        self.start(&client_key, &client_key.1.clone());
+        self.wait_established();
     }
 
     /// Makes link `i`: a veth pair, `c{i}` in the client's namespace (198.18.{10+i}.2/24)
@@ -460,9 +465,7 @@ fn a_link_over_ipv6_beside_one_over_ipv4() {
     }
     net.listen = vec!["0.0.0.0:51820".into(), "[::]:51820".into()];
     net.servers[1] = "[fd77:11::1]:51820".into();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    net.start_and_wait();
     let (got, _) = tcp_transfer(&net, 8 << 20, || {});
     assert_eq!(got, 8 << 20, "logs: {}", net.logs());
     // Both ways on each link: the server has measured each one's RTT from the client's
@@ -587,9 +590,7 @@ fn a_silent_clients_session_times_out_on_the_server() {
     }
     let mut net = Net::new();
     net.server_extra = "session_timeout_s = 2.0\n".into();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    net.start_and_wait();
     let sessions = |net: &Net| {
         net.status("server")["sessions"]
             .as_array()
@@ -617,9 +618,7 @@ fn a_links_server_given_by_name_is_resolved() {
     }
     let mut net = Net::new();
     net.name_link_b_server("198.18.11.1");
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    net.start_and_wait();
     let st = net.status("client");
     assert_eq!(
         st["sessions"][0]["links"][1]["peer_address"], "198.18.11.1:51820",
@@ -648,9 +647,7 @@ fn a_server_name_that_moves_is_resolved_again_for_the_new_session() {
     }
     let mut net = Net::new();
     net.name_link_b_server("198.18.11.1");
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    net.start_and_wait();
     sh(&["ip", "-n", &net.client_ns, "link", "set", "c0", "down"]);
     net.name_link_b_server("198.18.11.3");
     // (Deleting a primary address takes its secondaries with it: delete first.)
@@ -694,9 +691,7 @@ fn a_server_with_several_addresses_answers_from_the_one_a_link_uses() {
         "s1",
     ]);
     net.servers[1] = "198.18.11.3:51820".into();
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    net.start_and_wait();
     transfer_over_link_b_alone(&net);
 }
 
@@ -730,9 +725,7 @@ fn a_links_interface_that_appears_after_the_start_carries_the_tunnel() {
     }
     let mut net = Net::new();
     sh(&["ip", "-n", &net.client_ns, "link", "del", "c1"]);
-    let client_key = Net::key();
-    net.start(&client_key, &client_key.1.clone());
-    net.wait_established();
+    net.start_and_wait();
     assert_eq!(
         net.status("client")["sessions"][0]["links"][1]["state"],
         "down"
