@@ -385,36 +385,21 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                 },
                 TOKEN_NETLINK => {
                     net_events.clear();
-                    if netlink.read_events(&mut net_events).is_err() {
-                        // Events were lost: read every interface's state again.
-                        for l in links.iter_mut() {
+                    // Events were lost: read every interface's state again.
+                    let lost = netlink.read_events(&mut net_events).is_err();
+                    // Each interface an event names is read again once, as it is now (an
+                    // event may be of one removed since: its name's new index).
+                    for l in links.iter_mut() {
+                        let named = net_events.iter().any(|ev| match ev {
+                            NetEvent::Link { index, name, .. } => {
+                                l.index == Some(*index)
+                                    || name.as_deref() == Some(l.interface.as_str())
+                            }
+                            NetEvent::Addr { index, .. } => l.index == Some(*index),
+                        });
+                        if lost || named {
                             l.refresh();
                         }
-                    }
-                    for ev in &net_events {
-                        for l in links.iter_mut() {
-                            match ev {
-                                NetEvent::Link { index, name, up } => {
-                                    if name.as_deref() == Some(l.interface.as_str())
-                                        || l.index == Some(*index)
-                                    {
-                                        // The interface as it is now: an event may be of
-                                        // one removed since (its name's new index).
-                                        l.refresh();
-                                        if l.index == Some(*index) {
-                                            l.up &= *up;
-                                        }
-                                    }
-                                }
-                                NetEvent::Addr { index, .. } => {
-                                    if l.index == Some(*index) {
-                                        l.refresh();
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for l in links.iter_mut() {
                         l.bind_to_interface();
                     }
                     for (i, l) in links.iter().enumerate() {

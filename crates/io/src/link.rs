@@ -94,12 +94,20 @@ impl LinkSocket {
     /// IPv4 address).
     pub fn recv_from_to(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
         use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
-        let mut space = nix::cmsg_space!(libc::in6_pktinfo, libc::in_pktinfo);
+        // Room for one pktinfo message of either family, aligned for `cmsghdr`, on the
+        // stack: this runs for every datagram the server receives.
+        #[repr(C, align(8))]
+        struct Space([u8; 64]);
+        const _: () = assert!(
+            nix::sys::socket::cmsg_space::<libc::in6_pktinfo>() <= 64
+                && nix::sys::socket::cmsg_space::<libc::in_pktinfo>() <= 64
+        );
+        let mut space = Space([0; 64]);
         let mut iov = [io::IoSliceMut::new(buf)];
         let msg = recvmsg::<SockaddrStorage>(
             self.as_raw_fd(),
             &mut iov,
-            Some(&mut space),
+            Some(&mut space.0),
             MsgFlags::MSG_DONTWAIT,
         )?;
         let from = msg

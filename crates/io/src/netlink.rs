@@ -1,6 +1,6 @@
 //! Interface events from rtnetlink: a link going up or down, an IPv4 or IPv6 address
-//! appearing or disappearing. The daemon turns them into the engine's link changes at once, instead of
-//! waiting for a timeout to notice that an interface is gone.
+//! appearing or disappearing. The daemon turns them into the engine's link changes at
+//! once, instead of waiting for a timeout to notice that an interface is gone.
 //!
 //! The messages are fixed C layouts (`nlmsghdr`, `ifinfomsg`, `ifaddrmsg`, `rtattr`);
 //! parsing checks every length and never panics.
