@@ -1043,10 +1043,49 @@ impl Endpoint {
         self.horizon = horizon;
         buf.clear();
         self.last_poll = now;
+        for l in &mut self.links {
+            if let Some(due) = l.pacer_due.take() {
+                l.pacer.catch_up(now, due);
+            }
+        }
         if let Some(t) = self.poll_control(now, buf) {
             return Some(t);
         }
-        self.poll_data(now, buf)
+        let t = self.poll_data(now, buf);
+        if t.is_none() {
+            self.note_pacer_dues(now, horizon);
+        }
+        t
+    }
+
+    /// Whether data waits above the binding point: new packets, a dead link's packets to
+    /// send again, or copies of urgent ones.
+    fn data_waiting(&self) -> bool {
+        !self.queues.is_empty() || !self.reinject.is_empty() || !self.copies.is_empty()
+    }
+
+    /// The end of a round of sending (`poll_transmit` has nothing more now): each link's
+    /// pacer drops what it was owed and did not use, and notes when it is to release the
+    /// next packet if one waits for it and only the pacer holds it back (not the window,
+    /// not the budget below the binding point, not the policy), beyond the binding
+    /// horizon. When the driver comes back later than that, the link is owed the
+    /// difference ([`crate::link::Pacer::catch_up`]).
+    fn note_pacer_dues(&mut self, now: Instant, horizon: Duration) {
+        let waiting = self.data_waiting();
+        let budget = self.config.budget_packets;
+        for l in &mut self.links {
+            l.pacer.settle();
+            let room = l.state == LinkState::Up
+                && l.below_len() < budget
+                && l.cc
+                    .as_ref()
+                    .is_none_or(|c| l.bytes_in_flight + 1500 <= c.cwnd());
+            // The pacer holds the link only if its next release is beyond what the round
+            // could bind (a link the policy passed over with tokens to spare is not owed
+            // anything for it).
+            let due = l.pacer.next_send(now, 1500);
+            l.pacer_due = (waiting && room && l.paced() && due > now + horizon).then_some(due);
+        }
     }
 
     /// The link control datagrams go on when their own link cannot carry them: the up link
@@ -1067,8 +1106,7 @@ impl Endpoint {
     /// the link when a slot frees carries it (or it goes alone then). The departure that
     /// frees the slot is an input, so no timer is needed meanwhile.
     fn ack_deferred(&self, i: usize) -> bool {
-        self.links[i].below_len() >= self.config.budget_packets
-            && (!self.queues.is_empty() || !self.reinject.is_empty() || !self.copies.is_empty())
+        self.links[i].below_len() >= self.config.budget_packets && self.data_waiting()
     }
 
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
@@ -1602,6 +1640,7 @@ impl Endpoint {
             }
         };
         let any_received = self.links.iter().any(|l| l.rx.received > 0);
+        let waiting = self.data_waiting();
         if any_received {
             consider(Some(self.next_loss_report));
         }
@@ -1629,7 +1668,7 @@ impl Endpoint {
             if l.state != LinkState::Up && l.in_flight > 0 {
                 consider(l.next_expiry(self.config.max_ack_delay, self.config.suspect_min));
             }
-            if !self.queues.is_empty() && l.state == LinkState::Up && l.paced() {
+            if waiting && l.state == LinkState::Up && l.paced() {
                 // With a binding horizon the packet is bound that much before its slot.
                 consider(
                     l.pacer
