@@ -212,12 +212,15 @@ impl Driver {
                 pacing_rate: None,
                 backup: knobs.backup(),
                 capacity: None,
+                max_datagram: None,
             };
             // A paced link also starts its rate control from a known capacity.
             let link1 = LinkConfig {
                 pacing_rate: knobs.paced().then_some(PACING_RATE),
                 backup: false,
                 capacity: knobs.paced().then_some(PACING_RATE),
+                // Acknowledgements trimmed to fit a full-size data packet, or sent alone.
+                max_datagram: Some(1456),
             };
             assert!(ep.add_link(START, LinkId(0), link0));
             assert!(ep.add_link(START, LinkId(1), link1));

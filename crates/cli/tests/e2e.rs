@@ -89,6 +89,23 @@ impl Net {
 
     /// [`Self::new`] with both daemons started (the client's key allowed) and the
     /// session established.
+    /// Link b over IPv6 only (`fd77:11::/64`), link a over IPv4; the server listens on
+    /// both families; both daemons running and the session up.
+    fn with_link_b_over_ipv6() -> Self {
+        let mut net = Self::new();
+        for (ns, dev, addr, v4) in [
+            (&net.server_ns, "s1", "fd77:11::1/64", "198.18.11.1/24"),
+            (&net.client_ns, "c1", "fd77:11::2/64", "198.18.11.2/24"),
+        ] {
+            sh(&["ip", "-n", ns, "addr", "add", addr, "dev", dev, "nodad"]);
+            sh(&["ip", "-n", ns, "addr", "del", v4, "dev", dev]);
+        }
+        net.listen = vec!["0.0.0.0:51820".into(), "[::]:51820".into()];
+        net.servers[1] = "[fd77:11::1]:51820".into();
+        net.start_and_wait();
+        net
+    }
+
     fn running() -> Self {
         let mut net = Self::new();
         net.start_and_wait();
@@ -455,17 +472,7 @@ fn a_link_over_ipv6_beside_one_over_ipv4() {
     if !root_or_skip("a_link_over_ipv6_beside_one_over_ipv4") {
         return;
     }
-    let mut net = Net::new();
-    for (ns, dev, addr, v4) in [
-        (&net.server_ns, "s1", "fd77:11::1/64", "198.18.11.1/24"),
-        (&net.client_ns, "c1", "fd77:11::2/64", "198.18.11.2/24"),
-    ] {
-        sh(&["ip", "-n", ns, "addr", "add", addr, "dev", dev, "nodad"]);
-        sh(&["ip", "-n", ns, "addr", "del", v4, "dev", dev]);
-    }
-    net.listen = vec!["0.0.0.0:51820".into(), "[::]:51820".into()];
-    net.servers[1] = "[fd77:11::1]:51820".into();
-    net.start_and_wait();
+    let net = Net::with_link_b_over_ipv6();
     let (got, _) = tcp_transfer(&net, 8 << 20, || {});
     assert_eq!(got, 8 << 20, "logs: {}", net.logs());
     // Both ways on each link: the server has measured each one's RTT from the client's
@@ -495,6 +502,37 @@ fn a_link_over_ipv6_beside_one_over_ipv4() {
     };
     assert!(at(0).starts_with("198.18.10.2:"), "{st}");
     assert!(at(1).starts_with("[fd77:11::2]:"), "{st}");
+}
+
+#[test]
+fn datagrams_over_an_ipv6_link_fit_its_mtu_unfragmented() {
+    if !root_or_skip("datagrams_over_an_ipv6_link_fit_its_mtu_unfragmented") {
+        return;
+    }
+    // An IPv6 path's header is 20 bytes longer than IPv4's: the TUN MTU leaves room for
+    // it, and an acknowledgement rides on a full-size data packet only as far as it fits.
+    // Else the host fragments the datagram (IPv6 fragments are often dropped on the way).
+    let net = Net::with_link_b_over_ipv6();
+    let fragments = |ns: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/snmp6"])
+            .output()
+            .expect("spawn");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("Ip6FragCreates"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("Ip6FragCreates in /proc/net/snmp6")
+    };
+    let before = (fragments(&net.client_ns), fragments(&net.server_ns));
+    transfer_over_link_b_alone(&net);
+    let st = net.status("client");
+    assert!(
+        st["sessions"][0]["links"][1]["datagrams_sent"].as_u64() > Some(2000),
+        "{st}"
+    );
+    let after = (fragments(&net.client_ns), fragments(&net.server_ns));
+    assert_eq!(after, before, "IPv6 fragments made (client, server)");
 }
 
 #[test]

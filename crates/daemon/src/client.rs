@@ -28,7 +28,7 @@ use crate::dispatch::DispatchStage;
 use crate::packet::clamp_mss;
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
-use crate::{OVERHEAD, random_bytes, random_u32, run_ip};
+use crate::{max_datagram, overhead, random_bytes, random_u32, run_ip};
 
 const TOKEN_TUN: u64 = 1;
 const TOKEN_NETLINK: u64 = 2;
@@ -142,17 +142,33 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     let mut poller = Poller::new().context("epoll")?;
     let started = monotonic_ns();
 
-    let link_mtu = cfg
+    let servers = cfg
         .file
         .links
         .iter()
-        .filter_map(|l| std::fs::read_to_string(format!("/sys/class/net/{}/mtu", l.interface)).ok())
-        .filter_map(|m| m.trim().parse::<usize>().ok())
+        .zip(&cfg.servers)
+        .enumerate()
+        .map(|(i, (l, spec))| resolve_server(i, l, spec))
+        .collect::<Result<Vec<_>>>()?;
+    // What the links present carry of an inner packet: their interface's MTU less the
+    // tunnel's overhead to their server (an IPv6 path's header is 20 bytes longer).
+    let link_room = cfg
+        .file
+        .links
+        .iter()
+        .zip(&servers)
+        .filter_map(|(l, &server)| {
+            interface_mtu(&l.interface).map(|m| m.saturating_sub(overhead(server)))
+        })
         .min()
-        .unwrap_or(1500);
-    let mtu = c
-        .mtu
-        .unwrap_or_else(|| (link_mtu.saturating_sub(OVERHEAD)).clamp(576, 9000) as u16);
+        .unwrap_or_else(|| {
+            servers
+                .iter()
+                .map(|&s| 1500 - overhead(s))
+                .min()
+                .unwrap_or(1400)
+        });
+    let mtu = c.mtu.unwrap_or_else(|| link_room.clamp(576, 9000) as u16);
     let tun = Tun::open(&c.tun, cfg.address.0, cfg.address.1, mtu)
         .with_context(|| format!("creating TUN device {}", c.tun))?;
     tracing::info!(tun = tun.name(), mtu, "tun up");
@@ -170,8 +186,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     }
 
     let mut links = Vec::new();
-    for (i, (l, spec)) in cfg.file.links.iter().zip(&cfg.servers).enumerate() {
-        let server = resolve_server(i, l, spec)?;
+    for (i, (l, &server)) in cfg.file.links.iter().zip(&servers).enumerate() {
         // Any local address of the server address's family (an IPv6-only cellular
         // network's link talks to the server's IPv6 address); the config checks that a
         // given `bind` has that family.
@@ -504,6 +519,13 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     }
 }
 
+/// The MTU of interface `name`, if it exists.
+fn interface_mtu(name: &str) -> Option<usize> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+}
+
 /// Link `i`'s server address: `spec` itself, or its name resolved (as WireGuard's
 /// endpoints: when the client starts, and again when a new session is made) to an address
 /// of the family the link can use: its bind address's, else one its interface has.
@@ -554,6 +576,10 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
                 backup: l.backup,
                 pacing_rate: l.pacing_rate_mbps.map(|r| r * 1e6 / 8.0),
                 capacity: l.capacity_mbps.map(|r| r * 1e6 / 8.0),
+                max_datagram: Some(max_datagram(
+                    interface_mtu(&cl.interface).unwrap_or(1500),
+                    cl.server,
+                )),
             },
         );
         if !cl.usable() {

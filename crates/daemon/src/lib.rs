@@ -23,11 +23,36 @@ pub mod server;
 pub mod session;
 pub mod status;
 
-use anyhow::{Context, Result, bail};
+use std::net::SocketAddr;
 
-/// Bytes the tunnel adds to an inner packet: outer IPv4 (20) + UDP (8) + latebind header
-/// and DATA frame (27) + AEAD tag (16), rounded up for an ACK piggybacked on the datagram.
-pub const OVERHEAD: usize = 20 + 8 + latebind_proto::wire::DATA_OVERHEAD + 16 + 29;
+use anyhow::{Context, Result, bail};
+use latebind_crypto::TAG_LEN;
+
+/// Bytes of the outer IP (IPv4 20, IPv6 40) and UDP (8) headers of a datagram to `peer`.
+pub fn outer_headers(peer: SocketAddr) -> usize {
+    if peer.is_ipv6() { 40 + 8 } else { 20 + 8 }
+}
+
+/// Room left on a full-size data packet for the acknowledgement that rides on it: an ACK
+/// frame with its newest range and one more (the engine leaves older ranges out, or
+/// sends the ACK alone, to stay within [`max_datagram`]).
+const ACK_ROOM: usize = 29;
+
+/// Bytes the tunnel adds to an inner packet on a link to `peer`: the outer headers, the
+/// latebind header and DATA frame (27), the AEAD tag (16) and room for an ACK riding on
+/// the datagram.
+pub fn overhead(peer: SocketAddr) -> usize {
+    outer_headers(peer) + latebind_proto::wire::DATA_OVERHEAD + TAG_LEN + ACK_ROOM
+}
+
+/// The largest datagram the engine may write for a link to `peer` over a path whose MTU
+/// is `mtu`, bytes before the AEAD tag ([`latebind_proto::LinkConfig::max_datagram`]).
+pub fn max_datagram(mtu: usize, peer: SocketAddr) -> usize {
+    mtu.saturating_sub(outer_headers(peer) + TAG_LEN)
+}
+
+/// The path MTU the server assumes towards its clients' links (it cannot read theirs).
+pub const SERVER_PATH_MTU: usize = 1500;
 
 /// 32 random bytes from the OS (seeds of handshakes).
 pub fn random_bytes() -> Result<[u8; 32]> {

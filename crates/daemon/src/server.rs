@@ -27,7 +27,7 @@ use crate::dispatch::DispatchStage;
 use crate::packet::{clamp_mss, ipv4_addrs};
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
-use crate::{random_bytes, random_u32};
+use crate::{SERVER_PATH_MTU, max_datagram, random_bytes, random_u32};
 
 const TOKEN_TUN: u64 = 1;
 const TOKEN_CONTROL: u64 = 3;
@@ -316,12 +316,20 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                             // (not only another port: a NAT's rebinding keeps the path)
                             // may be another path.
                             let link = u16::from_be_bytes([d[6], d[7]]);
-                            if let Some((old_si, old, old_local)) =
-                                c.paths.insert(link, (si, from, local))
+                            let old = c.paths.insert(link, (si, from, local));
+                            if let Some((old_si, old, old_local)) = old
                                 && (old_si != si || old.ip() != from.ip() || old_local != local)
                             {
                                 tracing::info!(link, %old, new = %from, "link path changed");
                                 c.session.engine.handle_path_change(t, LinkId(link));
+                            }
+                            if old.is_none_or(|(_, old, _)| old.is_ipv6() != from.is_ipv6()) {
+                                // The path's family sets how much of it the outer headers
+                                // take.
+                                c.session.engine.set_max_datagram(
+                                    LinkId(link),
+                                    Some(max_datagram(SERVER_PATH_MTU, from)),
+                                );
                             }
                         }
                     }

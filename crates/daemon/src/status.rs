@@ -126,6 +126,10 @@ pub struct EngineCounters {
     pub reorder_gaps_skipped: u64,
     /// Packets that came after their gap was given up (delivered out of order).
     pub late_delivered: u64,
+    /// Acknowledgements that did not fit on the data packet they were due to ride on (the
+    /// link's largest datagram) and went alone.
+    #[serde(default)]
+    pub acks_too_big_to_ride: u64,
     /// Packets of redundant flows held back to arrive with their slower copies.
     #[serde(default)]
     pub reorder_aligned: u64,
@@ -362,6 +366,7 @@ impl SessionStatus {
                 duplicate_packets: st.duplicate_packets,
                 duplicate_data: st.duplicate_data,
                 too_old_data: st.too_old_data,
+                acks_too_big_to_ride: st.acks_too_big_to_ride,
                 reorder_held: st.reorder.held,
                 reorder_gaps_skipped: st.reorder.gaps_skipped,
                 late_delivered: st.reorder.late_delivered,

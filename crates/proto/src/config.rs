@@ -404,6 +404,13 @@ pub struct LinkConfig {
     /// from its initial window, and the delivery rate takes over as soon as acknowledgements
     /// measure it. `None` (default): search.
     pub capacity: Option<f64>,
+    /// The largest datagram the engine writes for this link, bytes before the AEAD tag:
+    /// the path's MTU less the outer IP and UDP headers and the tag. A data packet
+    /// carries the link's due acknowledgement only as far as it fits (its newest ranges;
+    /// else the acknowledgement goes alone), so that a datagram never outgrows the path
+    /// and is fragmented. Inner packets are the TUN side's to bound (its MTU). `None`
+    /// (default): no limit.
+    pub max_datagram: Option<usize>,
 }
 
 #[cfg(test)]

@@ -176,6 +176,9 @@ pub struct EndpointStats {
     pub reorder: ReorderStats,
     /// ACK frames sent.
     pub acks_sent: u64,
+    /// Acknowledgements that did not fit on the data packet they were due to ride on
+    /// (the link's `max_datagram`) and went alone.
+    pub acks_too_big_to_ride: u64,
     /// LOSS_REPORT frames sent.
     pub loss_reports_sent: u64,
     /// LINK_STATUS frames sent.
@@ -527,6 +530,14 @@ impl Endpoint {
         let pos = self.links.partition_point(|l| l.id < id);
         self.links.insert(pos, link);
         true
+    }
+
+    /// Sets the largest datagram the engine writes for `link` ([`LinkConfig::max_datagram`]):
+    /// the server learns a link's path, and so its address family, from its datagrams.
+    pub fn set_max_datagram(&mut self, link: LinkId, max: Option<usize>) {
+        if let Some(i) = self.link_index(link) {
+            self.links[i].config.max_datagram = max;
+        }
     }
 
     /// A packet from the TUN side. It is queued above the binding point.
@@ -1106,7 +1117,9 @@ impl Endpoint {
     /// the link when a slot frees carries it (or it goes alone then). The departure that
     /// frees the slot is an input, so no timer is needed meanwhile.
     fn ack_deferred(&self, i: usize) -> bool {
-        self.links[i].below_len() >= self.config.budget_packets && self.data_waiting()
+        !self.links[i].rx.ack_rides_not
+            && self.links[i].below_len() >= self.config.budget_packets
+            && self.data_waiting()
     }
 
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
@@ -1140,10 +1153,10 @@ impl Endpoint {
             self.write_header(via, buf);
             let mut eliciting = false;
             if ack_due {
-                self.write_ack(now, i, buf, true);
+                self.write_ack(now, i, buf, true, None);
             }
             if via != i && self.links[via].rx.ack_deadline.is_some() {
-                self.write_ack(now, via, buf, true);
+                self.write_ack(now, via, buf, true, None);
             }
             if announce {
                 eliciting |= self.write_link_status(buf);
@@ -1365,9 +1378,7 @@ impl Endpoint {
             remaining,
         } = queue.pop_front().expect("checked");
         self.write_header(li, buf);
-        if self.links[li].rx.ack_deadline.is_some() {
-            self.write_ack(now, li, buf, false);
-        }
+        self.ride_ack(now, li, buf, data.payload.len());
         wire::emit_data(
             buf,
             data.global_seq as u32,
@@ -1475,9 +1486,7 @@ impl Endpoint {
         let gseq = self.next_global_seq;
         self.next_global_seq += 1;
         self.write_header(li, buf);
-        if self.links[li].rx.ack_deadline.is_some() {
-            self.write_ack(now, li, buf, false);
-        }
+        self.ride_ack(now, li, buf, queued.data.len());
         let recover = kind == PolicyKind::Aggregate;
         wire::emit_data(
             buf,
@@ -1531,7 +1540,38 @@ impl Endpoint {
     /// Writes link `li`'s ACK frame, and with `with_time` an RX_TIME frame for its largest
     /// packet (one-way delay for the peer's rate control; left out when the ACK rides on
     /// a DATA frame, whose datagram has no room budgeted for it).
-    fn write_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, with_time: bool) {
+    /// The link's acknowledgement, if one is due, on the data packet being written (its
+    /// header in `buf`, `payload` bytes of DATA to follow), as far as it fits the link's
+    /// largest datagram: the newest ranges that fit, older ones left out (an ACK only
+    /// under-reports then; the ones before it reported them). If not even the newest
+    /// range fits, it goes alone, as a control datagram, and is not deferred for data.
+    fn ride_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, payload: usize) {
+        let l = &mut self.links[li];
+        if l.rx.ack_deadline.is_none() {
+            return;
+        }
+        let room = l
+            .config
+            .max_datagram
+            .map(|max| max.saturating_sub(buf.len() + wire::DATA_FRAME_HEADER_LEN + payload));
+        if room.is_some_and(|r| r < wire::ack_frame_len(1)) {
+            l.rx.ack_rides_not = true;
+            self.stats.acks_too_big_to_ride += 1;
+            return;
+        }
+        self.write_ack(now, li, buf, false, room);
+    }
+
+    /// Writes link `li`'s ACK frame (and RX_TIME if `with_time`), with as many ranges,
+    /// newest first, as fit `room` bytes (all without a limit).
+    fn write_ack(
+        &mut self,
+        now: Instant,
+        li: usize,
+        buf: &mut Vec<u8>,
+        with_time: bool,
+        room: Option<usize>,
+    ) {
         let l = &mut self.links[li];
         let Some(largest) = l.rx.largest() else {
             return;
@@ -1539,7 +1579,12 @@ impl Endpoint {
         let delay = (now - l.rx.largest_time)
             .as_micros()
             .min(u128::from(u32::MAX)) as u32;
-        let ranges: Vec<_> = l.rx.ranges().cloned().collect();
+        let mut ranges: Vec<_> = l.rx.ranges().cloned().collect();
+        if let Some(room) = room {
+            while ranges.len() > 1 && wire::ack_frame_len(ranges.len()) > room {
+                ranges.pop();
+            }
+        }
         wire::emit_ack(buf, l.id.0, delay, &ranges);
         if with_time {
             wire::emit_rx_time(buf, l.id.0, largest, l.rx.largest_time.as_nanos() / 1000);

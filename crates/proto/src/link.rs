@@ -128,6 +128,9 @@ pub(crate) struct RxState {
     pub(crate) ack_deadline: Option<Instant>,
     pub(crate) received: u64,
     pub(crate) lost: u64,
+    /// The due acknowledgement did not fit on a data packet (the link's largest
+    /// datagram): it goes alone instead of waiting for data to carry it.
+    pub(crate) ack_rides_not: bool,
 }
 
 /// Buffers kept for reuse, at most.
@@ -152,6 +155,7 @@ impl RxState {
             ack_deadline: None,
             received: 0,
             lost: 0,
+            ack_rides_not: false,
         }
     }
 
@@ -245,6 +249,7 @@ impl RxState {
     pub(crate) fn on_ack_sent(&mut self) {
         self.unacked_eliciting = 0;
         self.ack_deadline = None;
+        self.ack_rides_not = false;
     }
 }
 

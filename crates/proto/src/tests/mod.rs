@@ -2,5 +2,6 @@
 
 mod ahead;
 mod harness;
+mod mtu;
 mod props;
 mod scenarios;
