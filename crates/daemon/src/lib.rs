@@ -28,9 +28,14 @@ use std::net::SocketAddr;
 use anyhow::{Context, Result, bail};
 use latebind_crypto::TAG_LEN;
 
-/// Bytes of the outer IP (IPv4 20, IPv6 40) and UDP (8) headers of a datagram to `peer`.
+/// Bytes of the outer IP (IPv4 20, IPv6 40) and UDP (8) headers of a datagram to `peer`
+/// (an IPv4-mapped address on a dual-stack socket travels as IPv4).
 pub fn outer_headers(peer: SocketAddr) -> usize {
-    if peer.is_ipv6() { 40 + 8 } else { 20 + 8 }
+    if peer.ip().to_canonical().is_ipv6() {
+        40 + 8
+    } else {
+        20 + 8
+    }
 }
 
 /// Room left on a full-size data packet for the acknowledgement that rides on it: an ACK
@@ -82,4 +87,22 @@ pub fn run_ip(args: &[&str]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{max_datagram, overhead};
+
+    #[test]
+    fn an_ipv6_path_leaves_twenty_bytes_less_and_a_mapped_ipv4_one_does_not() {
+        let v4 = "198.18.0.1:51820".parse().unwrap();
+        let v6 = "[fd77::1]:51820".parse().unwrap();
+        let mapped = "[::ffff:198.18.0.1]:51820".parse().unwrap();
+        assert_eq!(max_datagram(1500, v4), 1500 - 28 - 16);
+        assert_eq!(max_datagram(1500, v6), 1500 - 48 - 16);
+        assert_eq!(max_datagram(1500, mapped), max_datagram(1500, v4));
+        // The default TUN MTU over a 1500-byte link: 1400 over IPv4, 1380 over IPv6.
+        assert_eq!(1500 - overhead(v4), 1400);
+        assert_eq!(1500 - overhead(v6), 1380);
+    }
 }

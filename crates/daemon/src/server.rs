@@ -27,7 +27,7 @@ use crate::dispatch::DispatchStage;
 use crate::packet::{clamp_mss, ipv4_addrs};
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
-use crate::{SERVER_PATH_MTU, max_datagram, random_bytes, random_u32};
+use crate::{SERVER_PATH_MTU, max_datagram, outer_headers, random_bytes, random_u32};
 
 const TOKEN_TUN: u64 = 1;
 const TOKEN_CONTROL: u64 = 3;
@@ -323,7 +323,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                 tracing::info!(link, %old, new = %from, "link path changed");
                                 c.session.engine.handle_path_change(t, LinkId(link));
                             }
-                            if old.is_none_or(|(_, old, _)| old.is_ipv6() != from.is_ipv6()) {
+                            if old
+                                .is_none_or(|(_, old, _)| outer_headers(old) != outer_headers(from))
+                            {
                                 // The path's family sets how much of it the outer headers
                                 // take.
                                 c.session.engine.set_max_datagram(

@@ -1537,9 +1537,6 @@ impl Endpoint {
         .emit(buf);
     }
 
-    /// Writes link `li`'s ACK frame, and with `with_time` an RX_TIME frame for its largest
-    /// packet (one-way delay for the peer's rate control; left out when the ACK rides on
-    /// a DATA frame, whose datagram has no room budgeted for it).
     /// The link's acknowledgement, if one is due, on the data packet being written (its
     /// header in `buf`, `payload` bytes of DATA to follow), as far as it fits the link's
     /// largest datagram: the newest ranges that fit, older ones left out (an ACK only
@@ -1555,15 +1552,19 @@ impl Endpoint {
             .max_datagram
             .map(|max| max.saturating_sub(buf.len() + wire::DATA_FRAME_HEADER_LEN + payload));
         if room.is_some_and(|r| r < wire::ack_frame_len(1)) {
-            l.rx.ack_rides_not = true;
-            self.stats.acks_too_big_to_ride += 1;
+            if !l.rx.ack_rides_not {
+                l.rx.ack_rides_not = true;
+                self.stats.acks_too_big_to_ride += 1;
+            }
             return;
         }
         self.write_ack(now, li, buf, false, room);
     }
 
-    /// Writes link `li`'s ACK frame (and RX_TIME if `with_time`), with as many ranges,
-    /// newest first, as fit `room` bytes (all without a limit).
+    /// Writes link `li`'s ACK frame, with as many ranges, newest first, as fit `room`
+    /// bytes (all without a limit), and with `with_time` an RX_TIME frame for its largest
+    /// packet (one-way delay for the peer's rate control; left out when the ACK rides on
+    /// a DATA frame, whose datagram has no room budgeted for it).
     fn write_ack(
         &mut self,
         now: Instant,
