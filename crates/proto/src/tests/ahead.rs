@@ -11,11 +11,15 @@ use crate::{Config, Endpoint, Instant, LinkConfig, LinkId, Role, Transmit};
 const RATE: f64 = 1e6;
 
 fn endpoint(rate_control: bool, budget: usize) -> Endpoint {
+    endpoint_paced(rate_control, budget, (!rate_control).then_some(RATE))
+}
+
+/// One link, paced at `pacing_rate` bytes per second (if any).
+fn endpoint_paced(rate_control: bool, budget: usize, pacing_rate: Option<f64>) -> Endpoint {
     let mut config = Config::new(Role::Client);
     config.session(7).budget_packets(budget);
     config.rate_control = rate_control;
     let mut e = Endpoint::new(config, Instant::ZERO).unwrap();
-    let pacing_rate = (!rate_control).then_some(RATE);
     e.add_link(
         Instant::ZERO,
         LinkId(0),
@@ -229,18 +233,7 @@ fn a_driver_woken_only_by_the_pacing_timer_sends_the_backlog_at_the_pacing_rate(
     // Rates whose release times are not whole nanoseconds: the engine's timer alone
     // (no other input) releases every packet the pacer holds, on schedule.
     for rate in [1e6, 1_234_567.0, 3_333_333.3, 7_654_321.0] {
-        let mut config = Config::new(Role::Client);
-        config.session(7).budget_packets(64);
-        config.rate_control = false;
-        let mut e = Endpoint::new(config, Instant::ZERO).unwrap();
-        e.add_link(
-            Instant::ZERO,
-            LinkId(0),
-            LinkConfig {
-                pacing_rate: Some(rate),
-                ..LinkConfig::default()
-            },
-        );
+        let mut e = endpoint_paced(false, 64, Some(rate));
         let start = at_ms(10);
         enqueue(&mut e, start, 200);
         let mut now = start;
