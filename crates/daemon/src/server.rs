@@ -340,11 +340,10 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
             }
         }
         ready = batch;
-        for c in clients.values_mut() {
-            c.session.handle_timeout(t);
-        }
-        // A client that went away: its session and keys go after `session_timeout`.
+        // Each session's timers; a client that went away: its session and keys go after
+        // `session_timeout`.
         clients.retain(|id, c| {
+            c.session.handle_timeout(t);
             let keep = t - c.last_heard < session_timeout;
             if !keep {
                 tracing::info!(peer = %c.name, session = format!("{id:08x}"), "session timed out");

@@ -151,41 +151,35 @@ impl LinkSocket {
         };
         let dest = SockaddrStorage::from(to);
         let iov = [io::IoSlice::new(buf)];
-        let flags = MsgFlags::MSG_DONTWAIT;
-        let n = match from {
+        let (pi4, pi6);
+        let cmsg = match from {
             IpAddr::V4(a) => {
-                let pi = libc::in_pktinfo {
+                pi4 = libc::in_pktinfo {
                     ipi_ifindex: 0,
                     ipi_spec_dst: libc::in_addr {
                         s_addr: u32::from_ne_bytes(a.octets()),
                     },
                     ipi_addr: libc::in_addr { s_addr: 0 },
                 };
-                sendmsg(
-                    self.as_raw_fd(),
-                    &iov,
-                    &[ControlMessage::Ipv4PacketInfo(&pi)],
-                    flags,
-                    Some(&dest),
-                )?
+                ControlMessage::Ipv4PacketInfo(&pi4)
             }
             IpAddr::V6(a) => {
-                let pi = libc::in6_pktinfo {
+                pi6 = libc::in6_pktinfo {
                     ipi6_addr: libc::in6_addr {
                         s6_addr: a.octets(),
                     },
                     ipi6_ifindex: 0,
                 };
-                sendmsg(
-                    self.as_raw_fd(),
-                    &iov,
-                    &[ControlMessage::Ipv6PacketInfo(&pi)],
-                    flags,
-                    Some(&dest),
-                )?
+                ControlMessage::Ipv6PacketInfo(&pi6)
             }
         };
-        Ok(n)
+        Ok(sendmsg(
+            self.as_raw_fd(),
+            &iov,
+            &[cmsg],
+            MsgFlags::MSG_DONTWAIT,
+            Some(&dest),
+        )?)
     }
 
     /// Bytes the kernel still holds for this socket below it (`SIOCOUTQ`).
