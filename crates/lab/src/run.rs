@@ -303,10 +303,11 @@ pub fn merged_outages(outages: &[[f64; 2]]) -> Vec<[u64; 2]> {
 }
 
 /// A link's up and down rates: fixed or a trace (the simulator's precedence: a trace
-/// wins over `rate_mbps`).
+/// wins over `rate_up_mbps` / `rate_down_mbps`, which win over `rate_mbps`).
 pub(crate) fn rates(scenario: &Scenario, i: usize) -> (RateSpec, RateSpec) {
     let l = &scenario.spec.links[i];
-    let pick = |t: Option<&PathBuf>| match (t.or(l.trace.as_ref()), l.rate_mbps) {
+    let pick = |t: Option<&PathBuf>, up: bool| match (t.or(l.trace.as_ref()), l.fixed_rate_mbps(up))
+    {
         (Some(p), _) => RateSpec::Trace {
             path: std::path::absolute(scenario.resolve(p)).unwrap_or_else(|_| scenario.resolve(p)),
         },
@@ -316,7 +317,10 @@ pub(crate) fn rates(scenario: &Scenario, i: usize) -> (RateSpec, RateSpec) {
         // Validated by the scenario: a rate or a trace.
         (None, None) => RateSpec::Fixed { bits_per_sec: 1e9 },
     };
-    (pick(l.trace_up.as_ref()), pick(l.trace_down.as_ref()))
+    (
+        pick(l.trace_up.as_ref(), true),
+        pick(l.trace_down.as_ref(), false),
+    )
 }
 
 /// The uplink rate htb can shape (a fixed rate), if any.

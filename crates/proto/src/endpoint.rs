@@ -1154,6 +1154,10 @@ impl Endpoint {
             let mut eliciting = false;
             if ack_due {
                 self.write_ack(now, i, buf, true, None);
+                if via != i {
+                    // Not this link's datagram: its record cannot confirm the ACK.
+                    self.links[i].rx.written = None;
+                }
             }
             if via != i && self.links[via].rx.ack_deadline.is_some() {
                 self.write_ack(now, via, buf, true, None);
@@ -1581,12 +1585,23 @@ impl Endpoint {
             .as_micros()
             .min(u128::from(u32::MAX)) as u32;
         let mut ranges: Vec<_> = l.rx.ranges().cloned().collect();
+        let all = ranges.len();
         if let Some(room) = room {
             while ranges.len() > 1 && wire::ack_frame_len(ranges.len()) > room {
                 ranges.pop();
             }
         }
-        wire::emit_ack(buf, l.id.0, delay, &ranges);
+        let n = wire::emit_ack(buf, l.id.0, delay, &ranges);
+        // What this ACK tells the peer: everything from its oldest range up, and from the
+        // floor up if it left out no range above the floor.
+        if let Some(oldest) = n.checked_sub(1).and_then(|k| ranges.get(k)) {
+            let from = if n == all {
+                l.rx.floor().min(*oldest.start())
+            } else {
+                *oldest.start()
+            };
+            l.rx.written = Some((from, largest));
+        }
         if with_time {
             wire::emit_rx_time(buf, l.id.0, largest, l.rx.largest_time.as_nanos() / 1000);
         }

@@ -113,6 +113,9 @@ pub(crate) struct SentPacket {
     pub(crate) eliciting: bool,
     pub(crate) size: usize,
     pub(crate) data: Option<SentData>,
+    /// The ACK of this link it carried (`RxState::written`): when this datagram is
+    /// acknowledged, the peer has it.
+    ack: Option<(u64, u64)>,
     /// Link's delivered bytes when this was sent (delivery-rate sampling).
     delivered: u64,
     delivered_time: Instant,
@@ -131,6 +134,14 @@ pub(crate) struct RxState {
     /// The due acknowledgement did not fit on a data packet (the link's largest
     /// datagram): it goes alone instead of waiting for data to carry it.
     pub(crate) ack_rides_not: bool,
+    /// Packet numbers below this need not be reported again: an ACK that told the peer
+    /// everything from below it up to its largest reached the peer (the datagram that
+    /// carried it was acknowledged; RFC 9000 13.2.4). Without it every ACK of a link
+    /// that ever lost 31 packets carries 32 ranges (268 bytes) for good.
+    floor: u64,
+    /// The ACK written into the datagram being assembled for this link: it told the peer
+    /// everything about `from..=largest`.
+    pub(crate) written: Option<(u64, u64)>,
 }
 
 /// Buffers kept for reuse, at most.
@@ -156,6 +167,8 @@ impl RxState {
             received: 0,
             lost: 0,
             ack_rides_not: false,
+            floor: 0,
+            written: None,
         }
     }
 
@@ -216,6 +229,8 @@ impl RxState {
                 }
                 self.received += 1;
                 self.lost = self.lost.saturating_sub(1);
+                // A late packet the peer has not heard of: report from it again.
+                self.floor = self.floor.min(pn);
                 return true;
             }
         }
@@ -238,8 +253,27 @@ impl RxState {
         }
     }
 
+    /// The ranges an ACK reports, newest first: the newest always, the others as far as
+    /// they reach the floor.
     pub(crate) fn ranges(&self) -> impl Iterator<Item = &RangeInclusive<u64>> {
-        self.ranges.iter()
+        let floor = self.floor;
+        self.ranges
+            .iter()
+            .enumerate()
+            .filter(move |(i, r)| *i == 0 || *r.end() >= floor)
+            .map(|(_, r)| r)
+    }
+
+    pub(crate) fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// The peer received an ACK that told it everything about `from..=largest`: if that
+    /// reaches down to the floor, nothing up to `largest` needs reporting again.
+    pub(crate) fn confirm(&mut self, from: u64, largest: u64) {
+        if from <= self.floor {
+            self.floor = self.floor.max(largest + 1);
+        }
     }
 
     pub(crate) fn largest(&self) -> Option<u64> {
@@ -783,6 +817,7 @@ impl Link {
             eliciting,
             size,
             data,
+            ack: self.rx.written.take(),
             delivered: self.delivered,
             delivered_time: self.delivered_time,
         });
@@ -908,6 +943,9 @@ impl Link {
                 let Some(p) = slot.take() else {
                     continue;
                 };
+                if let Some((from, acked)) = p.ack {
+                    self.rx.confirm(from, acked);
+                }
                 if pn == largest && p.time >= self.path_since {
                     rtt_sample = Some(now - p.time);
                     self.last_sampled = Some((pn, p.time));
@@ -1222,6 +1260,32 @@ mod tests {
         assert_eq!(rx.ranges().cloned().collect::<Vec<_>>(), vec![0..=4]);
         assert!(!rx.insert(3, t(4)), "duplicate");
         assert_eq!(rx.received, 5);
+    }
+
+    #[test]
+    fn rx_reports_ranges_only_above_what_the_peer_confirmed_and_a_late_packet_again() {
+        let mut rx = RxState::new();
+        // Every other packet of 0..40: 20 ranges.
+        for i in 0..20u64 {
+            assert!(rx.insert(i * 2, t(i)));
+        }
+        assert_eq!(rx.ranges().count(), 20);
+        // An ACK that told the peer everything up to 20 reached it: 22..=38 are left, and
+        // the newest range is reported whatever the floor.
+        rx.confirm(0, 20);
+        let left: Vec<_> = rx.ranges().cloned().collect();
+        assert_eq!(left.len(), 9, "{left:?}");
+        assert_eq!(*left.last().unwrap(), 22..=22);
+        // One that did not reach down to the floor confirms nothing.
+        rx.confirm(30, 38);
+        assert_eq!(rx.ranges().count(), 9);
+        rx.confirm(21, 38);
+        assert_eq!(rx.ranges().cloned().collect::<Vec<_>>(), vec![38..=38]);
+        // A packet that fills an old gap late is reported again, with what lies above it.
+        assert!(rx.insert(5, t(50)));
+        let again: Vec<_> = rx.ranges().cloned().collect();
+        assert_eq!(again.first(), Some(&(38..=38)));
+        assert!(again.contains(&(4..=6)), "{again:?}");
     }
 
     #[test]

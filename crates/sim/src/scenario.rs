@@ -81,6 +81,11 @@ pub struct LinkSpec {
     pub name: String,
     /// Fixed rate, both directions.
     pub rate_mbps: Option<f64>,
+    /// Fixed rate of the uplink (client to server), over `rate_mbps`: an asymmetric
+    /// link such as DSL.
+    pub rate_up_mbps: Option<f64>,
+    /// Fixed rate of the downlink, over `rate_mbps`.
+    pub rate_down_mbps: Option<f64>,
     /// Mahimahi trace for both directions (relative to the scenario file).
     pub trace: Option<PathBuf>,
     /// Uplink trace.
@@ -129,6 +134,19 @@ pub struct LinkSpec {
     /// cannot see: its datagrams leave its interface at once, as the server's always do.
     #[serde(default = "client_side")]
     pub uplink_bottleneck: String,
+}
+
+impl LinkSpec {
+    /// The fixed rate of the uplink (`up`) or the downlink, if one is given: the
+    /// direction's own key over `rate_mbps`. A trace of the direction wins over both.
+    pub fn fixed_rate_mbps(&self, up: bool) -> Option<f64> {
+        if up {
+            self.rate_up_mbps
+        } else {
+            self.rate_down_mbps
+        }
+        .or(self.rate_mbps)
+    }
 }
 
 fn client_side() -> String {
@@ -587,23 +605,16 @@ impl Scenario {
         }
         for (i, l) in s.links.iter().enumerate() {
             let k = |f: &str| format!("links[{i}].{f}");
-            let has_trace = l.trace.is_some() || l.trace_up.is_some() || l.trace_down.is_some();
-            match l.rate_mbps {
-                Some(r) if !(r.is_finite() && r > 0.0 && r <= 100_000.0) => {
-                    return Err(self.invalid(
-                        k("rate_mbps"),
-                        r,
-                        "Mbit/s above 0 and at most 100000",
-                    ));
+            for (name, r) in [
+                ("rate_mbps", l.rate_mbps),
+                ("rate_up_mbps", l.rate_up_mbps),
+                ("rate_down_mbps", l.rate_down_mbps),
+            ] {
+                if let Some(r) = r
+                    && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
+                {
+                    return Err(self.invalid(k(name), r, "Mbit/s above 0 and at most 100000"));
                 }
-                None if !has_trace => {
-                    return Err(self.invalid(
-                        k("rate_mbps"),
-                        "(missing)",
-                        "a rate in Mbit/s, or trace / trace_up and trace_down",
-                    ));
-                }
-                _ => {}
             }
             if l.trace.is_some() && (l.trace_up.is_some() || l.trace_down.is_some()) {
                 return Err(self.invalid(
@@ -612,15 +623,22 @@ impl Scenario {
                     "either trace or trace_up and trace_down",
                 ));
             }
-            if l.rate_mbps.is_none()
-                && l.trace.is_none()
-                && (l.trace_up.is_none() || l.trace_down.is_none())
-            {
-                return Err(self.invalid(
-                    k("trace_up"),
-                    "only one direction",
-                    "both trace_up and trace_down, or rate_mbps",
-                ));
+            for (up, name) in [(true, "up"), (false, "down")] {
+                let trace = l.trace.is_some()
+                    || if up {
+                        l.trace_up.is_some()
+                    } else {
+                        l.trace_down.is_some()
+                    };
+                if !trace && l.fixed_rate_mbps(up).is_none() {
+                    return Err(self.invalid(
+                        k("rate_mbps"),
+                        "(missing)",
+                        &format!(
+                            "a rate in Mbit/s (or rate_{name}_mbps), or trace / trace_up and trace_down"
+                        ),
+                    ));
+                }
             }
             for (name, v) in [("delay_ms", l.delay_ms), ("jitter_ms", l.jitter_ms)] {
                 if !(v.is_finite() && (0.0..=60_000.0).contains(&v)) {

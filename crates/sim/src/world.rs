@@ -289,7 +289,8 @@ impl World {
         for (i, l) in spec.links.iter().enumerate() {
             let mut rate =
                 |trace: Option<&std::path::PathBuf>, key: &str| -> Result<Rate, ScenarioError> {
-                    match (trace.or(l.trace.as_ref()), l.rate_mbps) {
+                    let up = key == "trace_up";
+                    match (trace.or(l.trace.as_ref()), l.fixed_rate_mbps(up)) {
                         (Some(p), _) => {
                             let k = if trace.is_some() { key } else { "trace" };
                             Ok(Rate::Trace(load(format!("links[{i}].{k}"), p)?))

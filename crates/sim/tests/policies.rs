@@ -58,6 +58,11 @@ fn aggregate_gets_the_sum_of_the_links_for_one_tcp_flow() {
 /// 13.0 with 5 % on the slower link, 12.9 with 1 % on both). With 10 % the lossy link
 /// carries little, its tail losses turn it suspect, and the receiver now waits for the
 /// resend then too (9.0 -> 11.9 Mb/s).
+///
+/// Judged on the mean over four seeds (the random losses' draws): single runs of the
+/// same code swing by 2 Mbit/s at 10 % loss (`latebind sim scenarios/aggregate.toml
+/// --set links.1.loss=0.1 --set scenario.seed=S`: 9.3-17.3 over seeds 1-12), and any change
+/// to what a datagram carries moves the draws.
 #[test]
 fn a_lossy_link_does_not_drag_an_aggregate_flow_below_the_better_link() {
     let base = with(&scenario("aggregate.toml"), &["scenario.duration_s=20.0"]);
@@ -69,16 +74,24 @@ fn a_lossy_link_does_not_drag_an_aggregate_flow_below_the_better_link() {
         (vec!["links.1.loss=0.1"], 1.15 * alone),
         (vec!["links.0.loss=0.01", "links.1.loss=0.01"], 1.2 * alone),
     ] {
-        let r = run(&with(&base, &sets), Mode::Late).unwrap();
-        let g = flow(&r, "bulk").goodput_mbps;
+        let mut goodput = Vec::new();
+        for seed in SEEDS {
+            let seed = format!("scenario.seed={seed}");
+            let r = run(&with(&with(&base, &sets), &[&seed]), Mode::Late).unwrap();
+            goodput.push(flow(&r, "bulk").goodput_mbps);
+            let e = r.engine.as_ref().expect("engine counters");
+            assert!(e.reinjected_lost > 0, "{sets:?} {seed}: {e:?}");
+        }
+        let mean = goodput.iter().sum::<f64>() / goodput.len() as f64;
         assert!(
-            g >= floor,
-            "{sets:?}: {g} Mbit/s, the better link alone {alone}"
+            mean >= floor,
+            "{sets:?}: {goodput:?} Mbit/s (mean {mean}), the better link alone {alone}"
         );
-        let e = r.engine.as_ref().expect("engine counters");
-        assert!(e.reinjected_lost > 0, "{sets:?}: {e:?}");
     }
 }
+
+/// The seeds a check over random draws is judged on.
+const SEEDS: [u64; 4] = [1, 2, 3, 4];
 
 /// A VoIP-like EF flow, redundant by rule, over two links with 1 % loss and a 10 s remote
 /// cut: no packet lost (the bound is 0.05 %), and no gap longer than the packet
@@ -225,33 +238,57 @@ fn overflow_yields_the_primary_to_tcp_cross_traffic_and_takes_it_back() {
     ];
     for (mix, primary_mbps) in mixes {
         for t_dwd in ["50.0", "1000.0"] {
-            let mut sets = mix.to_vec();
-            let t = format!("late.overflow.t_dwd_ms={t_dwd}");
-            sets.push(&t);
-            let r = run(&with(&base, &sets), Mode::Late).unwrap();
-            let (udp, tcp) = (flow(&r, "udp"), flow(&r, "tcp"));
-            let what = format!("{sets:?}: udp {udp:?}, tcp {tcp:?}");
-            assert!(tcp.goodput_mbps > 0.5 * primary_mbps, "{what}");
-            assert!((udp.lost as f64) < 0.01 * udp.sent as f64, "{what}");
-            for l in &r.links {
-                assert_eq!(l.data_sent_per_s.len(), 31, "30 s and the drain");
-                assert_eq!(l.data_sent_per_s.iter().sum::<u64>(), l.data_sent);
+            // The flows over three seeds: the UDP flow's loss is judged on all its
+            // packets (single runs range over 0.05-1.1 %), the TCP flow's goodput on its
+            // mean (a run in which the simulated TCP sits out a retransmission timeout or
+            // two gets 17-35 Mbit/s of the 64 Mbit/s mix, about one in five of 48 runs:
+            // `scripts/overflow-tcp.sh scenarios/overflow-tcp.toml --set scenario.seed=S`
+            // for S = 1..12), the shares on each run.
+            let (mut udp_sent, mut udp_lost, mut tcp_goodput) = (0, 0, 0.0);
+            for seed in &SEEDS[..3] {
+                let mut sets = mix.to_vec();
+                let t = format!("late.overflow.t_dwd_ms={t_dwd}");
+                let seed = format!("scenario.seed={seed}");
+                sets.push(&t);
+                sets.push(&seed);
+                let r = run(&with(&base, &sets), Mode::Late).unwrap();
+                let (udp, tcp) = (flow(&r, "udp"), flow(&r, "tcp"));
+                let what = format!("{sets:?}: udp {udp:?}, tcp {tcp:?}");
+                tcp_goodput += tcp.goodput_mbps / 3.0;
+                udp_sent += udp.sent;
+                udp_lost += udp.lost;
+                for l in &r.links {
+                    assert_eq!(l.data_sent_per_s.len(), 31, "30 s and the drain");
+                    assert_eq!(l.data_sent_per_s.iter().sum::<u64>(), l.data_sent);
+                }
+                // The share of the tunnel's packets on the secondary, seconds [from, to).
+                let share = |from: usize, to: usize| {
+                    let on = |l: usize| r.links[l].data_sent_per_s[from..to].iter().sum::<u64>();
+                    on(1) as f64 / (on(0) + on(1)).max(1) as f64
+                };
+                assert!(
+                    share(1, 5) < 0.05,
+                    "{what}: before the TCP flow: {}",
+                    share(1, 5)
+                );
+                assert!(
+                    share(10, 24) > 0.5,
+                    "{what}: beside the TCP flow: {}",
+                    share(10, 24)
+                );
+                assert!(
+                    share(27, 30) < 0.05,
+                    "{what}: after the TCP flow: {}",
+                    share(27, 30)
+                );
             }
-            // The share of the tunnel's packets on the secondary, seconds [from, to).
-            let share = |from: usize, to: usize| {
-                let on = |l: usize| r.links[l].data_sent_per_s[from..to].iter().sum::<u64>();
-                on(1) as f64 / (on(0) + on(1)).max(1) as f64
-            };
-            assert!(share(1, 5) < 0.05, "before the TCP flow: {}", share(1, 5));
             assert!(
-                share(10, 24) > 0.5,
-                "beside the TCP flow: {}",
-                share(10, 24)
+                (udp_lost as f64) < 0.01 * udp_sent as f64,
+                "{mix:?} t_dwd {t_dwd}: UDP lost {udp_lost} of {udp_sent}"
             );
             assert!(
-                share(27, 30) < 0.05,
-                "after the TCP flow: {}",
-                share(27, 30)
+                tcp_goodput > 0.5 * primary_mbps,
+                "{mix:?} t_dwd {t_dwd}: TCP got {tcp_goodput} Mbit/s on average"
             );
         }
     }

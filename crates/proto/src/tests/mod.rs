@@ -1,5 +1,6 @@
 //! Scenario tests on a two-engine harness (see harness.rs).
 
+mod acks;
 mod ahead;
 mod harness;
 mod mtu;
