@@ -1020,6 +1020,34 @@ rate_mbps = 1.0
     }
 
     #[test]
+    fn a_link_takes_a_rate_per_direction() {
+        let asym = MINIMAL.replace(
+            "rate_mbps = 10.0",
+            "rate_down_mbps = 16.0\nrate_up_mbps = 1.0",
+        );
+        let s = load(&asym).unwrap();
+        assert_eq!(s.spec.links[0].fixed_rate_mbps(true), Some(1.0));
+        assert_eq!(s.spec.links[0].fixed_rate_mbps(false), Some(16.0));
+        // One direction's own key over the shared one.
+        let s = load(&MINIMAL.replace("rate_mbps = 10.0", "rate_mbps = 10.0\nrate_up_mbps = 2.0"))
+            .unwrap();
+        assert_eq!(s.spec.links[0].fixed_rate_mbps(true), Some(2.0));
+        assert_eq!(s.spec.links[0].fixed_rate_mbps(false), Some(10.0));
+        // A direction without a rate is named.
+        let e = load(&MINIMAL.replace("rate_mbps = 10.0", "rate_up_mbps = 1.0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("links[0].rate_mbps = (missing)") && e.contains("rate_down_mbps"),
+            "{e}"
+        );
+        let e = load(&asym.replace("rate_up_mbps = 1.0", "rate_up_mbps = -1.0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("links[0].rate_up_mbps = -1"), "{e}");
+    }
+
+    #[test]
     fn outage_local_defaults_to_true_and_takes_only_a_boolean() {
         let s = load(MINIMAL).unwrap();
         assert!(s.spec.links[0].outage_local);

@@ -240,10 +240,10 @@ fn overflow_yields_the_primary_to_tcp_cross_traffic_and_takes_it_back() {
         for t_dwd in ["50.0", "1000.0"] {
             // The flows over three seeds: the UDP flow's loss is judged on all its
             // packets (single runs range over 0.05-1.1 %), the TCP flow's goodput on its
-            // mean (a run in which the simulated TCP sits out a retransmission timeout or
-            // two gets 17-35 Mbit/s of the 64 Mbit/s mix, about one in five of 48 runs:
-            // `scripts/overflow-tcp.sh scenarios/overflow-tcp.toml --set scenario.seed=S`
-            // for S = 1..12), the shares on each run.
+            // mean (single runs range over 17-52 Mbit/s on the 64 Mbit/s mix, under 35 in
+            // 15 of 96 when the simulated TCP sits out retransmission timeouts: `latebind
+            // sim scenarios/overflow-tcp.toml --set late.overflow.t_dwd_ms=T --set
+            // scenario.seed=S`, docs/RESULTS.md 11), the shares on each run.
             let (mut udp_sent, mut udp_lost, mut tcp_goodput) = (0, 0, 0.0);
             for seed in &SEEDS[..3] {
                 let mut sets = mix.to_vec();
