@@ -211,6 +211,9 @@ pub struct EndpointStats {
 /// A tunnel endpoint.
 #[derive(Debug)]
 pub struct Endpoint {
+    /// Tests: every ACK reports every range kept ([`Self::report_all_ack_ranges`]).
+    #[cfg(test)]
+    report_all_ranges: bool,
     config: Config,
     links: Vec<Link>,
     queues: FlowQueues,
@@ -282,6 +285,8 @@ impl Endpoint {
         reorder.align = config.redundant_align;
         reorder.max_align = config.reorder_hold_max;
         Ok(Self {
+            #[cfg(test)]
+            report_all_ranges: false,
             queues: FlowQueues::new(&config),
             reorder,
             codel_interval: config.codel_interval,
@@ -527,6 +532,12 @@ impl Endpoint {
                 .then_some(self.config.rate_control_max_queue),
             now,
         );
+        #[cfg(test)]
+        let link = {
+            let mut link = link;
+            link.rx.report_all = self.report_all_ranges;
+            link
+        };
         let pos = self.links.partition_point(|l| l.id < id);
         self.links.insert(pos, link);
         true
@@ -537,6 +548,17 @@ impl Endpoint {
     pub fn set_max_datagram(&mut self, link: LinkId, max: Option<usize>) {
         if let Some(i) = self.link_index(link) {
             self.links[i].config.max_datagram = max;
+        }
+    }
+
+    /// Tests: every ACK reports every range its receiver keeps, as before the floor
+    /// (`RxState::ranges`).
+    /// Links learnt later report so too.
+    #[cfg(test)]
+    pub(crate) fn report_all_ack_ranges(&mut self) {
+        self.report_all_ranges = true;
+        for l in &mut self.links {
+            l.rx.report_all = true;
         }
     }
 
