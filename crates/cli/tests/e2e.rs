@@ -776,10 +776,15 @@ fn a_links_interface_that_appears_after_the_start_carries_the_tunnel() {
 /// over link b alone.
 fn transfer_over_link_b_alone(net: &Net) {
     sh(&["ip", "-n", &net.client_ns, "link", "set", "c0", "down"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while net.status("client")["sessions"][0]["links"][1]["state"] != "up"
-        && Instant::now() < deadline
-    {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while net.status("client")["sessions"][0]["links"][1]["state"] != "up" {
+        assert!(
+            Instant::now() < deadline,
+            "link b not up 10 s after its interface came back\nclient: {}\nserver: {}\nlogs: {}",
+            net.status("client"),
+            net.status("server"),
+            net.logs()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let (got, took) = tcp_transfer(net, 4 << 20, || {});
