@@ -465,11 +465,6 @@ pub(crate) struct Pair {
 }
 
 impl Pair {
-    /// Replaces the drop function, from the next departure on.
-    pub(crate) fn set_drop_fn(&mut self, f: DropFn) {
-        self.drop = Some(f);
-    }
-
     pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
         match side {
             Side::Client => &mut self.client,

@@ -200,6 +200,9 @@ proptest! {
     }
 }
 
+/// What one side delivered: each inner packet, when.
+type Deliveries = Vec<(Instant, Vec<u8>)>;
+
 /// One run to rest without rate control (the links here have no rate either, so no
 /// datagram's size moves any time): each side's packets declared lost, and what each
 /// side delivered, when.
@@ -208,7 +211,7 @@ fn losses_and_deliveries(
     flows: &[FlowParams],
     seed: u64,
     report_all_ranges: bool,
-) -> (u64, u64, Vec<Vec<(Instant, Vec<u8>)>>) {
+) -> (u64, u64, Vec<Deliveries>) {
     let links: Vec<_> = links.iter().map(|&(u, d, _, l)| (u, d, None, l)).collect();
     let (mut pair, _) = run_with(&links, flows, seed, |b| {
         b.config(|c| c.rate_control = false)
