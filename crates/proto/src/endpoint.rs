@@ -552,8 +552,7 @@ impl Endpoint {
     }
 
     /// Tests: every ACK reports every range its receiver keeps, as before the floor
-    /// (`RxState::ranges`).
-    /// Links learnt later report so too.
+    /// (`RxState::ranges`), on the links known now and on those learnt later.
     #[cfg(test)]
     pub(crate) fn report_all_ack_ranges(&mut self) {
         self.report_all_ranges = true;

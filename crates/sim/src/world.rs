@@ -287,22 +287,25 @@ impl World {
         };
         let mut links = Vec::new();
         for (i, l) in spec.links.iter().enumerate() {
-            let mut rate =
-                |trace: Option<&std::path::PathBuf>, key: &str| -> Result<Rate, ScenarioError> {
-                    let up = key == "trace_up";
-                    match (trace.or(l.trace.as_ref()), l.fixed_rate_mbps(up)) {
-                        (Some(p), _) => {
-                            let k = if trace.is_some() { key } else { "trace" };
-                            Ok(Rate::Trace(load(format!("links[{i}].{k}"), p)?))
-                        }
-                        (None, Some(r)) => Ok(Rate::Fixed {
-                            bits_per_sec: r * 1e6,
-                        }),
-                        (None, None) => unreachable!("validated: rate or trace"),
-                    }
+            let mut rate = |up: bool| -> Result<Rate, ScenarioError> {
+                let (trace, key) = if up {
+                    (l.trace_up.as_ref(), "trace_up")
+                } else {
+                    (l.trace_down.as_ref(), "trace_down")
                 };
-            let rate_up = rate(l.trace_up.as_ref(), "trace_up")?;
-            let rate_down = rate(l.trace_down.as_ref(), "trace_down")?;
+                match (trace.or(l.trace.as_ref()), l.fixed_rate_mbps(up)) {
+                    (Some(p), _) => {
+                        let k = if trace.is_some() { key } else { "trace" };
+                        Ok(Rate::Trace(load(format!("links[{i}].{k}"), p)?))
+                    }
+                    (None, Some(r)) => Ok(Rate::Fixed {
+                        bits_per_sec: r * 1e6,
+                    }),
+                    (None, None) => unreachable!("validated: rate or trace"),
+                }
+            };
+            let rate_up = rate(true)?;
+            let rate_down = rate(false)?;
             let outages: Vec<(Duration, Duration)> = l
                 .outages
                 .iter()
