@@ -385,7 +385,21 @@ fn tcp_transfer(net: &Net, bytes: usize, during: impl FnOnce()) -> (usize, Durat
         }
     });
     during();
-    sender.join().unwrap();
+    if let Err(e) = sender.join() {
+        // The sender panicked (a connect that timed out, a write that failed): say what
+        // the daemons saw before the namespaces go.
+        let what = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        panic!(
+            "the transfer's sender failed: {what}\nclient: {}\nserver: {}\nlogs: {}",
+            net.status("client"),
+            net.status("server"),
+            net.logs()
+        );
+    }
     let got = listener.join().unwrap();
     (got, start.elapsed())
 }
