@@ -162,23 +162,51 @@ fn emulated_delay_20ms_arrives_within_1ms() {
     // idle machine here, 10-15 sleeps of 1 ms in 30 s overshot by 2-9 ms; the CI run that
     // failed the 1000-packet version had one stall of 13 ms): over 8 s those few stalls
     // stay well under 1 % of the packets, while an emulator late by itself still fails.
+    let check = |o: &Outcome| -> Result<(), String> {
+        let l = o.recv.latency_ms;
+        let up = &o.emu.links[0].up;
+        let checks = [
+            (o.send.sent == 8000, format!("sent {}", o.send.sent)),
+            (
+                o.recv.delivered == 8000,
+                format!("delivered {}: no loss configured", o.recv.delivered),
+            ),
+            (
+                o.recv.latency_clock == "kernel",
+                format!("latency clock {}", o.recv.latency_clock),
+            ),
+            (
+                l.p50 >= 20.0,
+                format!("one-way delay below the emulated 20 ms: {l:?}"),
+            ),
+            (
+                l.p99 <= 21.0,
+                format!("one-way delay p99 {} ms above 20 + 1 ms", l.p99),
+            ),
+            (
+                up.delivered == 8000,
+                format!("emulator delivered {}", up.delivered),
+            ),
+            (
+                o.emu.lateness_us.p99 < 1000.0,
+                format!("emulator lateness us {:?}", o.emu.lateness_us),
+            ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, what)) => Err(what),
+            None => Ok(()),
+        }
+    };
     let o = run_link("delay", fast(20), 200, 1000, 0.0, 8.0);
-    assert_eq!(o.send.sent, 8000);
-    assert_eq!(o.recv.delivered, 8000, "no loss configured");
-    assert_eq!(o.recv.latency_clock, "kernel");
-    let l = o.recv.latency_ms;
-    assert!(
-        l.p50 >= 20.0,
-        "one-way delay below the emulated 20 ms: {l:?}"
-    );
-    assert!(
-        l.p99 <= 21.0,
-        "one-way delay p99 {} ms above 20 + 1 ms",
-        l.p99
-    );
-    let up = &o.emu.links[0].up;
-    assert_eq!(up.delivered, 8000);
-    assert!(o.emu.lateness_us.p99 < 1000.0, "{:?}", o.emu.lateness_us);
+    if let Err(e) = check(&o) {
+        // A run during which the machine stalled the emulator's own real-time thread
+        // for over 10 ms (a CI run: 32 ms, and its lateness p99 2.1 ms) says nothing of
+        // the delay it emulates: once more. An emulator late by itself fails both.
+        assert!(o.emu.lateness_us.max > 10_000.0, "{e}");
+        eprintln!("the first run failed while the machine stalled the emulator ({e}): once more");
+        let o = run_link("delay", fast(20), 200, 1000, 0.0, 8.0);
+        check(&o).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 #[test]
