@@ -300,6 +300,16 @@ impl Net {
         );
     }
 
+    /// Both daemons' status and logs, for a failure message.
+    fn report(&self) -> String {
+        format!(
+            "client: {}\nserver: {}\nlogs: {}",
+            self.status("client"),
+            self.status("server"),
+            self.logs()
+        )
+    }
+
     fn logs(&self) -> String {
         ["client", "server"]
             .iter()
@@ -393,12 +403,7 @@ fn tcp_transfer(net: &Net, bytes: usize, during: impl FnOnce()) -> (usize, Durat
             .cloned()
             .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        panic!(
-            "the transfer's sender failed: {what}\nclient: {}\nserver: {}\nlogs: {}",
-            net.status("client"),
-            net.status("server"),
-            net.logs()
-        );
+        panic!("the transfer's sender failed: {what}\n{}", net.report());
     }
     let got = listener.join().unwrap();
     (got, start.elapsed())
@@ -794,10 +799,8 @@ fn transfer_over_link_b_alone(net: &Net) {
     while net.status("client")["sessions"][0]["links"][1]["state"] != "up" {
         assert!(
             Instant::now() < deadline,
-            "link b not up 10 s after its interface came back\nclient: {}\nserver: {}\nlogs: {}",
-            net.status("client"),
-            net.status("server"),
-            net.logs()
+            "link b not up 10 s after its interface came back\n{}",
+            net.report()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
