@@ -76,10 +76,35 @@ fn handoff_udp_outage_loss_matches_simulator() {
         })
         .expect("scenario");
     let s = sim(&scenario);
-    let l = lab(&scenario, "handoff-udp").report;
-    let (a, b) = (s.links[0].lost_at_outage_up, l.links[0].lost_at_outage_up);
-    eprintln!("handoff (udp-cbr 6 Mb/s): lost at the outage, uplink: sim {a}, lab {b}");
-    assert!(a.abs_diff(b) <= 2, "lab {b} vs simulator {a}");
+    let a = s.links[0].lost_at_outage_up;
+    // The lab's loss at the cut, and what its qdisc held just before.
+    let run = || {
+        let out = lab(&scenario, "handoff-udp");
+        let held = out
+            .edges
+            .iter()
+            .find(|e| e.link == 0 && e.what == "down")
+            .map_or(0, |e| u64::from(e.qdisc_backlog));
+        let b = out.report.links[0].lost_at_outage_up;
+        eprintln!("handoff (udp-cbr 6 Mb/s): lost at the outage, uplink: sim {a}, lab {b}");
+        (b, held)
+    };
+    let (b, held) = run();
+    if a.abs_diff(b) > 2 {
+        // A run whose FIFO was not full at the cut (a CI run: 47 held of 50, the emulator
+        // stalled 11 ms just before) had its sender stalled by the machine, and says
+        // nothing of the qdisc: once more. A lab that loses otherwise fails at once.
+        assert!(
+            held + 2 < a,
+            "lab {b} vs simulator {a}; the qdisc held {held}"
+        );
+        eprintln!("the qdisc held {held} at the cut, not full: once more");
+        let (b, held) = run();
+        assert!(
+            a.abs_diff(b) <= 2,
+            "lab {b} vs simulator {a}; the qdisc held {held}"
+        );
+    }
 }
 
 /// The scenario as written: one TCP Cubic flow. Linux's TCP Small Queues keep a
