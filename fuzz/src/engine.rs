@@ -558,7 +558,9 @@ impl Driver {
                         assert!(self.ep.link_stats(LinkId(e.link)).is_some());
                     }
                 }
-                Frame::LinkStatus { link, .. } | Frame::RxTime { link, .. } => {
+                Frame::LinkStatus { link, .. }
+                | Frame::RxTime { link, .. }
+                | Frame::LinkMtu { link, .. } => {
                     assert!(self.ep.link_stats(LinkId(link)).is_some());
                 }
                 Frame::Ping | Frame::Padding => {}

@@ -162,7 +162,11 @@ fn inspect(frame: &Frame<'_>) {
             let _ = format!("{report:?}");
         }
         Frame::Data(data) => assert!(data.payload.len() <= wire::MAX_DATA_PAYLOAD),
-        Frame::Padding | Frame::Ping | Frame::LinkStatus { .. } | Frame::RxTime { .. } => {}
+        Frame::Padding
+        | Frame::Ping
+        | Frame::LinkStatus { .. }
+        | Frame::RxTime { .. }
+        | Frame::LinkMtu { .. } => {}
     }
 }
 
@@ -212,6 +216,10 @@ fn emit(out: &mut Vec<u8>, frame: &Frame<'_>) {
         } => {
             wire::emit_rx_time(out, *link, *pn, *received_us);
             wire::RX_TIME_FRAME_LEN
+        }
+        Frame::LinkMtu { link, max_datagram } => {
+            wire::emit_link_mtu(out, *link, *max_datagram);
+            wire::LINK_MTU_FRAME_LEN
         }
     };
     assert_eq!(out.len() - start, expected_len, "*_len disagrees with emit");

@@ -791,6 +791,67 @@ fn a_links_interface_that_appears_after_the_start_carries_the_tunnel() {
     transfer_over_link_b_alone(&net);
 }
 
+/// A link whose interface appears after the start and then takes a smaller MTU (a
+/// cellular modem's 1400 beside a 1500-byte link): the TUN MTU follows it down, so a new
+/// TCP connection's segments travel over it whole, and nothing is fragmented.
+#[test]
+fn a_link_that_comes_with_a_smaller_mtu_carries_the_tunnel_unfragmented() {
+    if !root_or_skip("a_link_that_comes_with_a_smaller_mtu_carries_the_tunnel_unfragmented") {
+        return;
+    }
+    let mut net = Net::new();
+    sh(&["ip", "-n", &net.client_ns, "link", "del", "c1"]);
+    net.start_and_wait();
+    // 1500 less the tunnel's overhead over IPv4 (100 bytes: outer headers, latebind's
+    // header and DATA frame, the AEAD tag, room for an acknowledgement).
+    assert_eq!(net.status("client")["mtu"], 1400);
+    net.make_link(1);
+    sh(&[
+        "ip",
+        "-n",
+        &net.client_ns,
+        "link",
+        "set",
+        "c1",
+        "mtu",
+        "1400",
+    ]);
+    let fragments = |ns: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+            .output()
+            .expect("spawn");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut ip = text.lines().filter(|l| l.starts_with("Ip:"));
+        let (names, values) = (ip.next().unwrap_or(""), ip.next().unwrap_or(""));
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == "FragCreates")
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .expect("FragCreates in /proc/net/snmp")
+    };
+    let before = fragments(&net.client_ns);
+    transfer_over_link_b_alone(&net);
+    let st = net.status("client");
+    assert_eq!(st["mtu"], 1300, "{st}");
+    assert_eq!(st["sessions"][0]["engine"]["data_oversized"], 0, "{st}");
+    assert!(
+        st["sessions"][0]["links"][1]["datagrams_sent"].as_u64() > Some(2000),
+        "{st}"
+    );
+    assert_eq!(fragments(&net.client_ns), before, "IPv4 fragments made");
+    // The server, which cannot see the client's interface, learnt it (LINK_MTU): 1400
+    // less the outer headers and the tag.
+    let server = net.status("server");
+    let b = server["sessions"][0]["links"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["id"] == 1))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(b["max_datagram"], 1400 - 28 - 16, "{server}");
+}
+
 /// Takes link a down, waits for link b to be up, and sends 4 MiB through the tunnel:
 /// over link b alone.
 fn transfer_over_link_b_alone(net: &Net) {

@@ -59,6 +59,8 @@ struct ClientLink {
     bound_index: Option<u32>,
     up: bool,
     has_addr: bool,
+    /// The interface's MTU (`None` while it does not exist).
+    mtu: Option<usize>,
 }
 
 impl ClientLink {
@@ -73,6 +75,7 @@ impl ClientLink {
         self.index = s.map(|s| s.index);
         self.up = s.is_some_and(|s| s.up);
         self.has_addr = s.is_some_and(|s| s.has_addr_for(self.server));
+        self.mtu = interface_mtu(&self.interface);
     }
 
     /// Binds the socket to the interface's current index if it is not bound to it: the
@@ -150,25 +153,15 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         .enumerate()
         .map(|(i, (l, spec))| resolve_server(i, l, spec))
         .collect::<Result<Vec<_>>>()?;
-    // What the links present carry of an inner packet: their interface's MTU less the
-    // tunnel's overhead to their server (an IPv6 path's header is 20 bytes longer).
-    let link_room = cfg
+    let link_mtus: Vec<_> = cfg
         .file
         .links
         .iter()
-        .zip(&servers)
-        .filter_map(|(l, &server)| {
-            interface_mtu(&l.interface).map(|m| m.saturating_sub(overhead(server)))
-        })
-        .min()
-        .unwrap_or_else(|| {
-            servers
-                .iter()
-                .map(|&s| 1500 - overhead(s))
-                .min()
-                .unwrap_or(1400)
-        });
-    let mtu = c.mtu.unwrap_or_else(|| link_room.clamp(576, 9000) as u16);
+        .map(|l| interface_mtu(&l.interface))
+        .collect();
+    let mut mtu = c
+        .mtu
+        .unwrap_or_else(|| tun_mtu(link_mtus.iter().copied().zip(servers.iter().copied())));
     let tun = Tun::open(&c.tun, cfg.address.0, cfg.address.1, mtu)
         .with_context(|| format!("creating TUN device {}", c.tun))?;
     tracing::info!(tun = tun.name(), mtu, "tun up");
@@ -220,6 +213,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             bound_index: None,
             up: false,
             has_addr: false,
+            mtu: None,
         };
         link.refresh();
         match link.index {
@@ -248,7 +242,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     }
 
     let mut session = new_session(&cfg, &links, now())?;
-    let max_mss = mtu.saturating_sub(40);
+    let mut max_mss = mtu.saturating_sub(40);
     let mut stage = match cfg.dispatch {
         Some(d) => {
             let sockets = links
@@ -417,6 +411,36 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                         }
                         l.bind_to_interface();
                     }
+                    // A link's path carries what its interface's MTU allows (an interface
+                    // that appeared, or changed its MTU): the engine binds a packet only
+                    // to links that carry it whole, and the TUN MTU follows the smallest
+                    // link present, unless the configuration sets it.
+                    for (i, l) in links.iter().enumerate() {
+                        let max = max_datagram(l.mtu.unwrap_or(1500), l.server);
+                        session
+                            .engine
+                            .set_max_datagram(t, LinkId(i as u16), Some(max));
+                    }
+                    let wanted = c
+                        .mtu
+                        .unwrap_or_else(|| tun_mtu(links.iter().map(|l| (l.mtu, l.server))));
+                    if wanted != mtu {
+                        match tun.set_mtu(wanted) {
+                            Ok(()) => {
+                                tracing::info!(
+                                    tun = tun.name(),
+                                    from = mtu,
+                                    to = wanted,
+                                    "tun mtu follows the links"
+                                );
+                                mtu = wanted;
+                                max_mss = mtu.saturating_sub(40);
+                            }
+                            Err(e) => {
+                                tracing::warn!(tun = tun.name(), mtu = wanted, %e, "setting the tun mtu");
+                            }
+                        }
+                    }
                     for (i, l) in links.iter().enumerate() {
                         let id = LinkId(i as u16);
                         let usable = l.usable();
@@ -517,6 +541,20 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         ready = batch;
         session.handle_timeout(t);
     }
+}
+
+/// The TUN MTU for links whose interfaces have MTU `mtu` (`None`: not present) towards
+/// server address `server`: what the smallest link present carries of an inner packet
+/// (its MTU less the tunnel's overhead; an IPv6 path's header is 20 bytes longer), or,
+/// with none present, what a 1500-byte path to the servers would.
+fn tun_mtu(links: impl Iterator<Item = (Option<usize>, SocketAddr)> + Clone) -> u16 {
+    let room = links
+        .clone()
+        .filter_map(|(m, server)| m.map(|m| m.saturating_sub(overhead(server))))
+        .min()
+        .or_else(|| links.map(|(_, s)| 1500 - overhead(s)).min())
+        .unwrap_or(1400);
+    room.clamp(576, 9000) as u16
 }
 
 /// The MTU of interface `name`, if it exists.

@@ -329,6 +329,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                 // The path's family sets how much of it the outer headers
                                 // take.
                                 c.session.engine.set_max_datagram(
+                                    t,
                                     LinkId(link),
                                     Some(max_datagram(SERVER_PATH_MTU, from)),
                                 );

@@ -32,6 +32,11 @@ pub struct LinkStatus {
     pub min_rtt_ms: f64,
     /// Whether the RTT figures are measured (else the initial guess).
     pub rtt_measured: bool,
+    /// The largest datagram the link carries whole, bytes before the AEAD tag: the
+    /// smaller of this end's limit (its interface's MTU; the server assumes a 1500-byte
+    /// path) and the peer's (LINK_MTU). `None`: no limit known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_datagram: Option<usize>,
     /// Local interface drain rate, Mbit/s (0: not measured).
     pub tx_rate_mbps: f64,
     /// Delivery rate from acknowledgements, Mbit/s.
@@ -130,6 +135,10 @@ pub struct EngineCounters {
     /// link's largest datagram) and went alone.
     #[serde(default)]
     pub acks_too_big_to_ride: u64,
+    /// Inner packets sent in a datagram larger than their link carries whole (no link up
+    /// did; the kernel fragments them).
+    #[serde(default)]
+    pub data_oversized: u64,
     /// Packets of redundant flows held back to arrive with their slower copies.
     #[serde(default)]
     pub reorder_aligned: u64,
@@ -300,6 +309,7 @@ impl SessionStatus {
                     rttvar_ms: ms(v.rttvar),
                     min_rtt_ms: ms(v.min_rtt),
                     rtt_measured: v.rtt_measured,
+                    max_datagram: (v.max_datagram != usize::MAX).then_some(v.max_datagram),
                     tx_rate_mbps: mbps(v.tx_rate),
                     delivery_rate_mbps: mbps(v.delivery_rate),
                     in_flight: v.in_flight,
@@ -367,6 +377,7 @@ impl SessionStatus {
                 duplicate_data: st.duplicate_data,
                 too_old_data: st.too_old_data,
                 acks_too_big_to_ride: st.acks_too_big_to_ride,
+                data_oversized: st.data_oversized,
                 reorder_held: st.reorder.held,
                 reorder_gaps_skipped: st.reorder.gaps_skipped,
                 late_delivered: st.reorder.late_delivered,

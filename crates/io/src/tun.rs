@@ -31,6 +31,11 @@ impl Tun {
         &self.name
     }
 
+    /// Sets the device's MTU.
+    pub fn set_mtu(&self, mtu: u16) -> io::Result<()> {
+        self.dev.set_mtu(mtu)
+    }
+
     /// Reads one packet; `WouldBlock` when none is waiting.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.dev.recv(buf)

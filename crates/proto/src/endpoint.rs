@@ -179,6 +179,11 @@ pub struct EndpointStats {
     /// Acknowledgements that did not fit on the data packet they were due to ride on
     /// (the link's `max_datagram`) and went alone.
     pub acks_too_big_to_ride: u64,
+    /// Inner packets sent in a datagram larger than their link's `max_datagram`: no link
+    /// up carried them whole, and they left to be fragmented below.
+    pub data_oversized: u64,
+    /// Copies of redundant packets not sent: no link left for them carried them whole.
+    pub redundant_copies_too_big: u64,
     /// LOSS_REPORT frames sent.
     pub loss_reports_sent: u64,
     /// LINK_STATUS frames sent.
@@ -254,6 +259,8 @@ pub struct Endpoint {
     reinject_state: BTreeMap<u64, bool>,
     reinject_scratch: Vec<SentData>,
     reinject_views: Vec<LinkView>,
+    /// Scratch for the links that carry a packet whole (`policy::links_that_carry`).
+    fit_views: Vec<LinkView>,
     /// Copies of redundant flows' packets waiting for their next link (ahead of
     /// everything else).
     copies: VecDeque<Pending>,
@@ -311,6 +318,7 @@ impl Endpoint {
             reinject_state: BTreeMap::new(),
             reinject_scratch: Vec::new(),
             reinject_views: Vec::new(),
+            fit_views: Vec::new(),
             copies: VecDeque::new(),
             aggregate: Aggregate,
             overflow,
@@ -545,9 +553,18 @@ impl Endpoint {
 
     /// Sets the largest datagram the engine writes for `link` ([`LinkConfig::max_datagram`]):
     /// the server learns a link's path, and so its address family, from its datagrams.
-    pub fn set_max_datagram(&mut self, link: LinkId, max: Option<usize>) {
+    pub fn set_max_datagram(&mut self, now: Instant, link: LinkId, max: Option<usize>) {
         if let Some(i) = self.link_index(link) {
-            self.links[i].config.max_datagram = max;
+            let l = &mut self.links[i];
+            if l.config.max_datagram == max {
+                return;
+            }
+            l.config.max_datagram = max;
+            if l.state != LinkState::Down {
+                // The peer learns it from the link's next PING (LINK_MTU): that is now.
+                l.ping_due = Some(now);
+            }
+            self.links_changed();
         }
     }
 
@@ -786,6 +803,15 @@ impl Endpoint {
                 if let Some(from) = l.set_down_flags(local, peer_down) {
                     let to = l.state;
                     self.on_state_change(now, i, from, to);
+                }
+            }
+            wire::Frame::LinkMtu { link, max_datagram } => {
+                if let Some(i) = self.link_index(LinkId(link)) {
+                    let max = Some(usize::from(max_datagram));
+                    if self.links[i].peer_max_datagram != max {
+                        self.links[i].peer_max_datagram = max;
+                        self.links_changed();
+                    }
                 }
             }
             wire::Frame::Data(data) => self.on_data(now, arrived_on, data),
@@ -1191,6 +1217,12 @@ impl Endpoint {
             }
             if ping_due && via == i {
                 wire::emit_ping(buf);
+                if let Some(max) = self.links[i].config.max_datagram {
+                    // What this end takes whole on the link, on every probe of it: a
+                    // lost one is told again with the next.
+                    let max = u16::try_from(max).unwrap_or(u16::MAX);
+                    wire::emit_link_mtu(buf, self.links[i].id.0, max);
+                }
                 self.links[i].ping_due = None;
                 self.links[i].stats.pings_sent += 1;
                 if self.links[i].state == LinkState::Suspect {
@@ -1384,6 +1416,14 @@ impl Endpoint {
                 views.extend_from_slice(&self.views);
             }
         }
+        if !crate::policy::hide_links_too_small(&mut views, meta.len) && which == Again::Copy {
+            // No link left for this copy carries it whole: a copy is not worth sending
+            // to be fragmented (a reinjection is: it is the packet's only chance).
+            self.reinject_views = views;
+            self.copies.pop_front();
+            self.stats.redundant_copies_too_big += 1;
+            return None;
+        }
         let chosen = match MinRtt.bind(now, &meta, &views) {
             Binding::Link(id) => views
                 .iter()
@@ -1402,6 +1442,7 @@ impl Endpoint {
             since,
             remaining,
         } = queue.pop_front().expect("checked");
+        self.note_oversized(li, data.payload.len());
         self.write_header(li, buf);
         self.ride_ack(now, li, buf, data.payload.len());
         wire::emit_data(
@@ -1480,6 +1521,8 @@ impl Endpoint {
             .on_local_congestion(self.queues.overflow_congestion());
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
+        let smallest = crate::policy::smallest_datagram(&views);
+        let mut fit_views = std::mem::take(&mut self.fit_views);
         let decide = |flow: &crate::fq::Flow, head: &crate::fq::Queued| {
             let meta = PacketMeta {
                 flow: flow.id,
@@ -1487,10 +1530,12 @@ impl Endpoint {
                 latency_sensitive: flow.latency_sensitive,
                 backlog: flow.bytes,
             };
+            let offered =
+                crate::policy::links_that_carry(&views, meta.len, smallest, &mut fit_views);
             let binding = match flow.policy {
-                PolicyKind::MinRtt | PolicyKind::Redundant => policy.bind(now, &meta, &views),
-                PolicyKind::Aggregate => aggregate.bind(now, &meta, &views),
-                PolicyKind::Overflow => overflow.bind(now, &meta, &views),
+                PolicyKind::MinRtt | PolicyKind::Redundant => policy.bind(now, &meta, offered),
+                PolicyKind::Aggregate => aggregate.bind(now, &meta, offered),
+                PolicyKind::Overflow => overflow.bind(now, &meta, offered),
             };
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
@@ -1506,7 +1551,9 @@ impl Endpoint {
             self.queues.dequeue_with(now, decide)
         };
         self.views = views;
+        self.fit_views = fit_views;
         let (queued, flow, flow_seq, (li, kind)) = taken?;
+        self.note_oversized(li, queued.data.len());
         // The binding point: only now does the packet get its link, numbers and header.
         let gseq = self.next_global_seq;
         self.next_global_seq += 1;
@@ -1552,6 +1599,15 @@ impl Endpoint {
         Some(self.finish(now, li, buf, true, Some(data)))
     }
 
+    /// Counts a packet of `payload` bytes bound to link `li` although its datagram is
+    /// larger than the link carries whole: no link up carried it (2).
+    fn note_oversized(&mut self, li: usize, payload: usize) {
+        let max = self.links[li].max_datagram().unwrap_or(usize::MAX);
+        if wire::DATA_OVERHEAD + payload > max {
+            self.stats.data_oversized += 1;
+        }
+    }
+
     fn write_header(&mut self, li: usize, buf: &mut Vec<u8>) {
         let l = &self.links[li];
         wire::Header {
@@ -1573,8 +1629,7 @@ impl Endpoint {
             return;
         }
         let room = l
-            .config
-            .max_datagram
+            .max_datagram()
             .map(|max| max.saturating_sub(buf.len() + wire::DATA_FRAME_HEADER_LEN + payload));
         if room.is_some_and(|r| r < wire::ack_frame_len(1)) {
             if !l.rx.ack_rides_not {

@@ -480,6 +480,9 @@ pub struct LinkView {
     /// Share of the packets the link loses while it works (0 to 1), averaged over about
     /// the last 32 ack-eliciting packets, and forgotten over a second without news.
     pub loss_rate: f64,
+    /// The largest datagram the link carries whole, bytes before the AEAD tag
+    /// ([`crate::LinkConfig::max_datagram`]; `usize::MAX` when not known).
+    pub max_datagram: usize,
 }
 
 impl LinkView {
@@ -552,6 +555,8 @@ pub(crate) struct Link {
     pub(crate) suspect_since: Instant,
     /// LINK_STATUS announcements owed about this link.
     pub(crate) announce: bool,
+    /// The largest datagram the peer takes whole on this link (its LINK_MTU frames).
+    pub(crate) peer_max_datagram: Option<usize>,
     pub(crate) stats: LinkStats,
     /// Slot of the latest datagram handed to the driver (after `now` when it was bound
     /// ahead of its slot).
@@ -645,6 +650,7 @@ impl Link {
             probe_backoff: 0,
             suspect_since: now,
             announce: false,
+            peer_max_datagram: None,
             stats: LinkStats::default(),
             last_slot: Instant::ZERO,
             loss_rate: 0.0,
@@ -677,6 +683,16 @@ impl Link {
             competitive: self.cc.as_ref().is_some_and(Controller::competitive),
             bytes_in_flight: self.bytes_in_flight,
             loss_rate: self.loss_rate_at(now),
+            max_datagram: self.max_datagram().unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The largest datagram this link carries whole: the smaller of this end's limit
+    /// ([`crate::LinkConfig::max_datagram`]) and the peer's (LINK_MTU).
+    pub(crate) fn max_datagram(&self) -> Option<usize> {
+        match (self.config.max_datagram, self.peer_max_datagram) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 

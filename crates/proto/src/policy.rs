@@ -235,6 +235,59 @@ pub fn usable(links: &[LinkView]) -> impl Iterator<Item = &LinkView> {
         .filter(move |l| l.state == LinkState::Up && (l.backup != primary_up))
 }
 
+/// The smallest [`LinkView::max_datagram`] of the links that are not down: a datagram of
+/// at most this many bytes fits every link a policy may choose, and
+/// [`links_that_carry`] has nothing to hide.
+pub fn smallest_datagram(links: &[LinkView]) -> usize {
+    links
+        .iter()
+        .filter(|l| l.state != LinkState::Down)
+        .map(|l| l.max_datagram)
+        .min()
+        .unwrap_or(usize::MAX)
+}
+
+/// The links a policy may choose from for a datagram of `len` bytes: links that would
+/// have to fragment it are hidden (shown down, in `scratch`), so that a packet goes only
+/// where it travels whole (a link's path MTU smaller than the tunnel's). When no link up
+/// carries it whole, every link is offered as it is: the packet then leaves fragmented
+/// rather than not at all. `smallest` is [`smallest_datagram`] of `links`; the common
+/// case (the packet fits every link) costs one comparison and no copy.
+pub fn links_that_carry<'a>(
+    links: &'a [LinkView],
+    len: usize,
+    smallest: usize,
+    scratch: &'a mut Vec<LinkView>,
+) -> &'a [LinkView] {
+    if len <= smallest || !carried_whole(links, len) {
+        return links;
+    }
+    scratch.clear();
+    scratch.extend_from_slice(links);
+    hide_links_too_small(scratch, len);
+    scratch
+}
+
+/// Whether a link up carries a datagram of `len` bytes whole.
+fn carried_whole(links: &[LinkView], len: usize) -> bool {
+    links
+        .iter()
+        .any(|l| l.state == LinkState::Up && l.max_datagram >= len)
+}
+
+/// [`links_that_carry`] in place: shows down the links too small for a datagram of `len`
+/// bytes, if a link up carries it whole, and returns whether one does (if not, changes
+/// nothing).
+pub fn hide_links_too_small(links: &mut [LinkView], len: usize) -> bool {
+    if !carried_whole(links, len) {
+        return false;
+    }
+    for l in links.iter_mut().filter(|l| l.max_datagram < len) {
+        l.state = LinkState::Down;
+    }
+    true
+}
+
 impl BindPolicy for MinRtt {
     fn name(&self) -> &'static str {
         "min-rtt"
@@ -647,6 +700,7 @@ mod tests {
             competitive: false,
             bytes_in_flight: 0,
             loss_rate: 0.0,
+            max_datagram: usize::MAX,
         }
     }
 

@@ -28,6 +28,7 @@
 //! | 0x05 | LINK_STATUS | link u16, state u8 (0 = up, 1 = down)                              | yes |
 //! | 0x06 | RX_TIME     | link u16, pn u64, received_us u64                                  | no  |
 //! | 0x07 | DATA_RECOVERED | as DATA; the sender re-sends the flow's packets lost on a working link | yes |
+//! | 0x08 | LINK_MTU    | link u16, max_datagram u16                                         | no  |
 //!
 //! # Receiving
 //!
@@ -97,6 +98,7 @@ mod frame_type {
     pub(super) const LINK_STATUS: u8 = 0x05;
     pub(super) const RX_TIME: u8 = 0x06;
     pub(super) const DATA_RECOVERED: u8 = 0x07;
+    pub(super) const LINK_MTU: u8 = 0x08;
 }
 
 /// ACK frame length without its extra ranges: type, link, largest, delay, first_range, count.
@@ -205,6 +207,14 @@ pub enum Frame<'a> {
         pn: u64,
         /// Its arrival, microseconds on the frame sender's clock (any origin).
         received_us: u64,
+    },
+    /// LINK_MTU (§3.8): the largest datagram the frame's sender takes whole on one of its
+    /// links.
+    LinkMtu {
+        /// The link.
+        link: u16,
+        /// Bytes of the datagram before the AEAD tag (as `LinkConfig::max_datagram`).
+        max_datagram: u16,
     },
 }
 
@@ -670,6 +680,17 @@ pub fn emit_rx_time(out: &mut Vec<u8>, link: u16, pn: u64, received_us: u64) {
     out.extend_from_slice(&received_us.to_be_bytes());
 }
 
+/// Length of a LINK_MTU frame, type byte included.
+pub const LINK_MTU_FRAME_LEN: usize = 1 + 2 + 2;
+
+/// Appends a LINK_MTU frame (§3.8): this end takes datagrams of up to `max_datagram` bytes
+/// (before the AEAD tag) whole on `link`.
+pub fn emit_link_mtu(out: &mut Vec<u8>, link: u16, max_datagram: u16) {
+    out.push(frame_type::LINK_MTU);
+    out.extend_from_slice(&link.to_be_bytes());
+    out.extend_from_slice(&max_datagram.to_be_bytes());
+}
+
 /// Iterator over the frames of a datagram, borrowing it. Yields each frame in order and
 /// stops after PADDING, at the end of the datagram, or after the first error.
 #[derive(Debug, Clone)]
@@ -712,6 +733,12 @@ impl<'a> Iterator for Frames<'a> {
             frame_type::DATA_RECOVERED => DataFrame::decode(&mut r, true).map(Frame::Data),
             frame_type::LINK_STATUS => decode_link_status(&mut r),
             frame_type::RX_TIME => decode_rx_time(&mut r),
+            frame_type::LINK_MTU => r.u16().and_then(|link| {
+                Ok(Frame::LinkMtu {
+                    link,
+                    max_datagram: r.u16()?,
+                })
+            }),
             other => Err(DecodeError::UnknownFrame(other)),
         };
         self.rest = if frame.is_ok() { r.rest() } else { &[] };
@@ -1249,12 +1276,30 @@ mod tests {
     fn unknown_frame_is_rejected_and_stops_iteration() {
         let d = datagram(|out| {
             emit_ping(out);
-            out.push(0x08);
+            out.push(0x09);
             emit_ping(out);
         });
         let (_, frames) = parse(&d).unwrap();
         let got: Vec<_> = frames.collect();
-        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x08))]);
+        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x09))]);
+    }
+
+    #[test]
+    fn link_mtu_round_trips_and_is_not_ack_eliciting() {
+        let d = datagram(|out| emit_link_mtu(out, 3, 1356));
+        assert_eq!(d.len(), HEADER_LEN + LINK_MTU_FRAME_LEN);
+        let (_, frames) = parse(&d).unwrap();
+        assert!(!frames.is_ack_eliciting().unwrap());
+        assert_eq!(
+            frames.collect::<Vec<_>>(),
+            [Ok(Frame::LinkMtu {
+                link: 3,
+                max_datagram: 1356
+            })]
+        );
+        // Cut short, it is truncated.
+        let (_, frames) = parse(&d[..d.len() - 1]).unwrap();
+        assert_eq!(frames.is_ack_eliciting(), Err(DecodeError::Truncated));
     }
 
     #[test]
@@ -1408,6 +1453,10 @@ mod tests {
             link: u16,
             state: LinkState,
         },
+        LinkMtu {
+            link: u16,
+            max_datagram: u16,
+        },
     }
 
     /// Descending, disjoint, non-adjacent ranges built from (gap, len) steps, stopping at
@@ -1477,6 +1526,8 @@ mod tests {
                     }
                 }),
             (any::<u16>(), state).prop_map(|(link, state)| Model::LinkStatus { link, state }),
+            (any::<u16>(), any::<u16>())
+                .prop_map(|(link, max_datagram)| Model::LinkMtu { link, max_datagram }),
         ]
     }
 
@@ -1501,6 +1552,7 @@ mod tests {
                 recovered,
             } => emit_data(out, *global_seq, *flow_id, *flow_seq, payload, *recovered).unwrap(),
             Model::LinkStatus { link, state } => emit_link_status(out, *link, *state),
+            Model::LinkMtu { link, max_datagram } => emit_link_mtu(out, *link, *max_datagram),
         }
     }
 
@@ -1541,6 +1593,13 @@ mod tests {
             (Frame::LinkStatus { link, state }, Model::LinkStatus { link: l, state: s }) => {
                 link == l && state == s
             }
+            (
+                Frame::LinkMtu { link, max_datagram },
+                Model::LinkMtu {
+                    link: l,
+                    max_datagram: m,
+                },
+            ) => link == l && max_datagram == m,
             _ => false,
         }
     }
@@ -1548,7 +1607,7 @@ mod tests {
     /// Bytes that are often a version-1 header followed by plausible frame types, so the
     /// frame decoders are reached, and sometimes anything at all.
     fn hostile_bytes() -> impl Strategy<Value = Vec<u8>> {
-        let frame_byte = prop_oneof![0u8..8, any::<u8>()];
+        let frame_byte = prop_oneof![0u8..9, any::<u8>()];
         prop_oneof![
             prop::collection::vec(any::<u8>(), 0..64),
             (

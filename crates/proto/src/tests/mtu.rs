@@ -4,6 +4,8 @@
 //! set for; a lossy link's ACK carries up to 32 ranges, 268 bytes).
 
 use super::harness::{FlowSpec, LinkSpec, PairBuilder, Side, acks_in, at_ms, ms};
+use core::time::Duration;
+
 use crate::LinkConfig;
 
 /// The client's largest datagram: a 1500-byte path over IPv4, less the UDP header and the
@@ -93,4 +95,179 @@ fn an_ack_that_cannot_ride_goes_alone() {
     assert!(with_ack < 1500, "{with_ack}");
     assert_eq!(delivered, 1500);
     assert!(lost <= lost_riding + 20, "{lost} against {lost_riding}");
+}
+
+/// A link whose path carries smaller datagrams than the others (a cellular or PPPoE
+/// path beside a 1500-byte one): two 10 Mb/s links, link 0 carries `MAX`, link 1
+/// `small`. Under `policy` the client sends 1000 full-size packets of one flow (7.6 Mb/s)
+/// and `count` of 200 bytes of another, one every `every` (at 200 µs, 10 Mb/s: the two
+/// then ask more than one link takes).
+fn two_paths(
+    policy: crate::PolicyKind,
+    small: usize,
+    link0_up: bool,
+    (count, every): (u32, Duration),
+) -> (Vec<(u16, usize, bool)>, usize, usize, u64) {
+    let spec = |max| LinkSpec {
+        config: LinkConfig {
+            max_datagram: Some(max),
+            ..LinkConfig::default()
+        },
+        ..LinkSpec::new(ms(10)).rate_bps(10e6)
+    };
+    let mut p = PairBuilder::new()
+        .link(spec(MAX))
+        .link(spec(small))
+        .config(|c| {
+            c.rate_control = false;
+            c.default_policy = policy;
+        })
+        .build();
+    if !link0_up {
+        p.link_change(0, crate::LinkChange::Down);
+    }
+    p.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(5000, FULL),
+        1000,
+        at_ms(0),
+        Duration::from_micros(1500),
+    );
+    p.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(6000, 200),
+        count,
+        at_ms(0),
+        every,
+    );
+    p.drive_until(at_ms(3000));
+    let sent = p
+        .data_transmits(Side::Client)
+        .map(|t| (t.link.0, t.bytes.len(), t.bytes.len() > FULL))
+        .collect();
+    let delivered = |port| {
+        p.delivered_inner(Side::Server)
+            .iter()
+            .filter(|i| i.src_port == port)
+            .count()
+    };
+    (
+        sent,
+        delivered(5000),
+        delivered(6000),
+        p.client.stats().data_oversized,
+    )
+}
+
+#[test]
+fn a_packet_goes_only_on_links_that_carry_it_whole() {
+    // Link 1's path is 100 bytes smaller: the full-size packets do not fit it.
+    let small = MAX - 100;
+    for policy in [
+        crate::PolicyKind::MinRtt,
+        crate::PolicyKind::Aggregate,
+        crate::PolicyKind::Overflow,
+        crate::PolicyKind::Redundant,
+    ] {
+        // A redundant flow sends each packet on both links: at the other policies' load,
+        // link 0 would have to carry 17.6 Mb/s.
+        let small_flow = match policy {
+            crate::PolicyKind::Redundant => (2500, Duration::from_millis(1)),
+            _ => (5000, Duration::from_micros(200)),
+        };
+        let (sent, big, little, oversized) = two_paths(policy, small, true, small_flow);
+        let on = |link: u16, full: bool| {
+            sent.iter()
+                .filter(|&&(l, _, f)| l == link && f == full)
+                .count()
+        };
+        let too_big = sent
+            .iter()
+            .filter(|&&(l, len, _)| l == 1 && len > small)
+            .count();
+        assert_eq!(too_big, 0, "{policy:?}: {} full on link 1", on(1, true));
+        assert_eq!(oversized, 0, "{policy:?}");
+        // Every full-size packet went on link 0 and arrived; the overflow policy's
+        // weighted round robin overfills its primary, whose queue drops a few (its
+        // congestion signal).
+        assert_eq!(on(0, true), big, "{policy:?}");
+        assert!(
+            big >= 950 && little as u32 >= small_flow.0 * 95 / 100,
+            "{policy:?}: {big} {little}"
+        );
+        // The small link still carries what fits it.
+        assert!(on(1, false) > 500, "{policy:?}: {}", on(1, false));
+    }
+}
+
+#[test]
+fn a_packet_no_link_carries_whole_still_leaves_and_is_counted() {
+    // Only the small link is up: the full-size packets go on it (the kernel fragments
+    // them), counted, rather than waiting for a link that may never come. (The two flows
+    // ask more than the link takes: its queues drop some of both.)
+    let small = MAX - 100;
+    let (sent, big, little, oversized) = two_paths(
+        crate::PolicyKind::MinRtt,
+        small,
+        false,
+        (5000, Duration::from_micros(200)),
+    );
+    assert!(sent.iter().all(|&(l, _, _)| l == 1));
+    assert!(big > 800 && little > 4000, "{big} {little}");
+    assert_eq!(oversized, big as u64);
+}
+
+#[test]
+fn the_peer_learns_what_a_link_carries_and_sends_it_only_what_fits() {
+    // The client's link 1 takes 100 bytes less than a full-size datagram (its interface's
+    // MTU); the server, which cannot see it, learns it from the client's LINK_MTU frames
+    // and sends its full-size packets on link 0 only. The server has no limit of its own.
+    let small = MAX - 100;
+    let spec = |max| LinkSpec {
+        config: LinkConfig {
+            max_datagram: Some(max),
+            ..LinkConfig::default()
+        },
+        ..LinkSpec::new(ms(10)).rate_bps(10e6)
+    };
+    let mut p = PairBuilder::new()
+        .link(spec(MAX))
+        .link(spec(small))
+        .config(|c| {
+            c.rate_control = false;
+            c.default_policy = crate::PolicyKind::Aggregate;
+        })
+        .build();
+    // The server learns its links from the client's first datagrams.
+    p.drive_until(at_ms(100));
+    p.send_stream(
+        Side::Server,
+        &FlowSpec::bulk(5000, FULL),
+        1000,
+        at_ms(100),
+        Duration::from_micros(1500),
+    );
+    p.send_stream(
+        Side::Server,
+        &FlowSpec::bulk(6000, 200),
+        5000,
+        at_ms(100),
+        Duration::from_micros(200),
+    );
+    p.drive_until(at_ms(3000));
+    let on_1: Vec<usize> = p
+        .data_transmits(Side::Server)
+        .filter(|t| t.link.0 == 1)
+        .map(|t| t.bytes.len())
+        .collect();
+    assert!(
+        on_1.iter().all(|&len| len <= small),
+        "{:?}",
+        on_1.iter().max()
+    );
+    assert!(on_1.len() > 500, "{}", on_1.len());
+    assert_eq!(p.view(Side::Server, 1).max_datagram, small);
+    assert_eq!(p.server.stats().data_oversized, 0);
+    let delivered = p.delivered_inner(Side::Client);
+    assert!(delivered.iter().filter(|i| i.src_port == 5000).count() >= 950);
 }
