@@ -1600,7 +1600,8 @@ impl Endpoint {
     }
 
     /// Counts a packet of `payload` bytes bound to link `li` although its datagram is
-    /// larger than the link carries whole: no link up carried it (2).
+    /// larger than the link carries whole: no link that was not down carried it
+    /// (4.2).
     fn note_oversized(&mut self, li: usize, payload: usize) {
         let max = self.links[li].max_datagram().unwrap_or(usize::MAX);
         if wire::DATA_OVERHEAD + payload > max {

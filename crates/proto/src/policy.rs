@@ -249,9 +249,9 @@ pub fn smallest_datagram(links: &[LinkView]) -> usize {
 
 /// The links a policy may choose from for a datagram of `len` bytes: links that would
 /// have to fragment it are hidden (shown down, in `scratch`), so that a packet goes only
-/// where it travels whole (a link's path MTU smaller than the tunnel's). When no link up
-/// carries it whole, every link is offered as it is: the packet then leaves fragmented
-/// rather than not at all. `smallest` is [`smallest_datagram`] of `links`; the common
+/// where it travels whole (a link's path MTU smaller than the tunnel's), or waits for
+/// such a link that is suspect. When no link that is not down carries it whole, every
+/// link is offered as it is: the packet then leaves fragmented rather than not at all. `smallest` is [`smallest_datagram`] of `links`; the common
 /// case (the packet fits every link) costs one comparison and no copy.
 pub fn links_that_carry<'a>(
     links: &'a [LinkView],
@@ -268,16 +268,18 @@ pub fn links_that_carry<'a>(
     scratch
 }
 
-/// Whether a link up carries a datagram of `len` bytes whole.
+/// Whether a link that is not down carries a datagram of `len` bytes whole. (A suspect
+/// one counts: it is likely only slow for a moment, and the packet is better kept for it
+/// than sent where it is fragmented, or lost on a path that drops what it cannot carry.)
 fn carried_whole(links: &[LinkView], len: usize) -> bool {
     links
         .iter()
-        .any(|l| l.state == LinkState::Up && l.max_datagram >= len)
+        .any(|l| l.state != LinkState::Down && l.max_datagram >= len)
 }
 
 /// [`links_that_carry`] in place: shows down the links too small for a datagram of `len`
-/// bytes, if a link up carries it whole, and returns whether one does (if not, changes
-/// nothing).
+/// bytes, if a link that is not down carries it whole, and returns whether one does (if
+/// not, changes nothing).
 pub fn hide_links_too_small(links: &mut [LinkView], len: usize) -> bool {
     if !carried_whole(links, len) {
         return false;
@@ -780,6 +782,40 @@ mod tests {
         assert_eq!(
             MinRtt.bind(Instant::ZERO, &meta(), &[a, b, c]),
             Binding::Link(LinkId(2))
+        );
+    }
+
+    #[test]
+    fn a_packet_is_offered_only_links_that_carry_it_whole() {
+        let len = meta().len;
+        let mut small = view(1, 10, 0);
+        small.max_datagram = len - 1;
+        let big = view(0, 30, 0);
+        let links = [big, small];
+        let smallest = smallest_datagram(&links);
+        assert_eq!(smallest, len - 1);
+        let mut scratch = Vec::new();
+        // The faster link is too small: the packet goes on the other.
+        let offered = links_that_carry(&links, len, smallest, &mut scratch);
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &meta(), offered),
+            Binding::Link(LinkId(0))
+        );
+        // A packet that fits both is offered both, as they are.
+        let offered = links_that_carry(&links, len - 1, smallest, &mut scratch);
+        assert!(offered.iter().all(|l| l.state == LinkState::Up));
+        // The link that carries it is suspect: the packet waits for it.
+        let mut suspect = links;
+        suspect[0].state = LinkState::Suspect;
+        let offered = links_that_carry(&suspect, len, smallest, &mut scratch);
+        assert_eq!(MinRtt.bind(Instant::ZERO, &meta(), offered), Binding::Wait);
+        // It is down: nothing carries the packet whole, and it goes where it can.
+        let mut down = links;
+        down[0].state = LinkState::Down;
+        let offered = links_that_carry(&down, len, smallest_datagram(&down), &mut scratch);
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &meta(), offered),
+            Binding::Link(LinkId(1))
         );
     }
 
