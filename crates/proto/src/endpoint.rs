@@ -188,6 +188,8 @@ pub struct EndpointStats {
     pub loss_reports_sent: u64,
     /// LINK_STATUS frames sent.
     pub link_status_sent: u64,
+    /// Datagrams carrying LINK_STATUS declared lost (every link's state told again).
+    pub link_status_lost: u64,
     /// Packets the sender's loss detection declared lost, all links.
     pub lost: u64,
     /// Inner packets taken for reinjection because a link's reinjection timer expired.
@@ -874,6 +876,15 @@ impl Endpoint {
     /// gone from the link's records, so there is nothing to cancel it by.
     fn forget_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         self.stats.lost += lost.len() as u64;
+        if lost.iter().any(|p| p.status) {
+            // A LINK_STATUS may not have reached the peer: every link's state is told
+            // again (the same frame twice changes nothing there).
+            for l in &mut self.links {
+                l.announce = true;
+            }
+            self.stats.link_status_lost += 1;
+            self.links_changed();
+        }
         for p in lost.drain(..) {
             if let Some(d) = p.data {
                 if d.taken {
@@ -1209,9 +1220,8 @@ impl Endpoint {
             if via != i && self.links[via].rx.ack_deadline.is_some() {
                 self.write_ack(now, via, buf, true, None);
             }
-            if announce {
-                eliciting |= self.write_link_status(buf);
-            }
+            let announced = announce && self.write_link_status(buf);
+            eliciting |= announced;
             if self.loss_report_due {
                 self.write_loss_report(buf);
             }
@@ -1242,7 +1252,11 @@ impl Endpoint {
                 buf.clear();
                 continue;
             }
-            return Some(self.finish(now, via, buf, eliciting, None));
+            let t = self.finish(now, via, buf, eliciting, None);
+            if announced {
+                self.links[via].mark_last_sent_status();
+            }
+            return Some(t);
         }
         if self.loss_report_due
             && let Some(via) = self.control_link(None)

@@ -116,6 +116,8 @@ pub(crate) struct SentPacket {
     /// The ACK of this link it carried (`RxState::written`): when this datagram is
     /// acknowledged, the peer has it.
     ack: Option<(u64, u64)>,
+    /// It carried LINK_STATUS: if it is lost, the links' states are announced again.
+    pub(crate) status: bool,
     /// Link's delivered bytes when this was sent (delivery-rate sampling).
     delivered: u64,
     delivered_time: Instant,
@@ -842,6 +844,7 @@ impl Link {
             size,
             data,
             ack: self.rx.written.take(),
+            status: false,
             delivered: self.delivered,
             delivered_time: self.delivered_time,
         });
@@ -856,6 +859,13 @@ impl Link {
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += size as u64;
         pn
+    }
+
+    /// Marks the datagram sent last as carrying LINK_STATUS ([`SentPacket::status`]).
+    pub(crate) fn mark_last_sent_status(&mut self) {
+        if let Some(Some(p)) = self.sent.back_mut() {
+            p.status = true;
+        }
     }
 
     fn trim_sent(&mut self) {

@@ -1235,3 +1235,66 @@ fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
         );
     }
 }
+
+/// Whether `bytes` (a datagram in the engine's plaintext form) carries a LINK_STATUS
+/// frame of `link` with `state`.
+fn carries_link_status(bytes: &[u8], link: u16, state: crate::wire::LinkState) -> bool {
+    crate::wire::parse(bytes).is_ok_and(|(_, frames)| {
+        frames.flatten().any(|f| {
+            matches!(f, crate::wire::Frame::LinkStatus { link: l, state: s } if l == link && s == state)
+        })
+    })
+}
+
+/// A link's interface goes down and comes back; the client's announcements of both are
+/// lost on the way (the first datagram of each). The server learns them anyway: a
+/// datagram carrying LINK_STATUS that is lost is followed by the link's state again.
+/// Without that, the server kept link 0 down for good, and sent nothing on it.
+#[test]
+fn a_lost_link_status_is_announced_again() {
+    let mut lost = [false; 2];
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)))
+        .drop_fn(Box::new(move |d| {
+            for (k, state) in [crate::wire::LinkState::Down, crate::wire::LinkState::Up]
+                .into_iter()
+                .enumerate()
+            {
+                if d.from == Side::Client && !lost[k] && carries_link_status(d.bytes, 0, state) {
+                    lost[k] = true;
+                    return true;
+                }
+            }
+            false
+        }))
+        .build();
+    // How long after `from` (ms) the server sees link 0 in `state`; 1000 if not by then.
+    let seen = |pair: &mut Pair, from: u64, state| {
+        let mut t = from;
+        while pair.view(Side::Server, 0).state != state && t < from + 1000 {
+            t += 5;
+            pair.drive_until(at_ms(t));
+        }
+        t - from
+    };
+    pair.drive_until(at_ms(100));
+    pair.link_change(0, LinkChange::Down);
+    // Once the lost datagram is declared lost (a few of link 1's timeouts).
+    let down = seen(&mut pair, 100, LinkState::Down);
+    assert!(down < 500, "{down} ms");
+    pair.drive_until(at_ms(1000));
+    pair.link_change(0, LinkChange::Up);
+    let up = seen(&mut pair, 1000, LinkState::Up);
+    assert!(up < 500, "{up} ms");
+    pair.drive_until(at_ms(2000));
+    // The server's data goes on link 0 again (the faster one).
+    let flow = FlowSpec::bulk(9300, 472);
+    pair.send_stream(Side::Server, &flow, 100, at_ms(2000), ms(2));
+    pair.drive_until(at_ms(2500));
+    let on_0 = pair
+        .data_transmits(Side::Server)
+        .filter(|t| t.link == LinkId(0) && t.time >= at_ms(2000))
+        .count();
+    assert!(on_0 >= 90, "{on_0}");
+}
