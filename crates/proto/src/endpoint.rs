@@ -1225,13 +1225,15 @@ impl Endpoint {
             if self.loss_report_due {
                 self.write_loss_report(buf);
             }
+            let mut told_mtu = false;
             if ping_due && via == i {
                 wire::emit_ping(buf);
                 if let Some(max) = self.links[i].config.max_datagram {
-                    // What this end takes whole on the link, on every probe of it: a
-                    // lost one is told again with the next.
+                    // What this end takes whole on the link, on every probe of it (a
+                    // lost one is probed again at once, 3.8).
                     let max = u16::try_from(max).unwrap_or(u16::MAX);
                     wire::emit_link_mtu(buf, self.links[i].id.0, max);
+                    told_mtu = true;
                 }
                 self.links[i].ping_due = None;
                 self.links[i].stats.pings_sent += 1;
@@ -1253,8 +1255,8 @@ impl Endpoint {
                 continue;
             }
             let t = self.finish(now, via, buf, eliciting, None);
-            if announced {
-                self.links[via].mark_last_sent_status();
+            if announced || told_mtu {
+                self.links[via].mark_last_sent(announced, told_mtu);
             }
             return Some(t);
         }

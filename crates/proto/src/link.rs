@@ -118,6 +118,9 @@ pub(crate) struct SentPacket {
     ack: Option<(u64, u64)>,
     /// It carried LINK_STATUS: if it is lost, the links' states are announced again.
     pub(crate) status: bool,
+    /// It carried this link's LINK_MTU: if it is lost while the link works, the link is
+    /// probed again at once (the frame rides on PINGs).
+    mtu: bool,
     /// Link's delivered bytes when this was sent (delivery-rate sampling).
     delivered: u64,
     delivered_time: Instant,
@@ -845,6 +848,7 @@ impl Link {
             data,
             ack: self.rx.written.take(),
             status: false,
+            mtu: false,
             delivered: self.delivered,
             delivered_time: self.delivered_time,
         });
@@ -861,10 +865,12 @@ impl Link {
         pn
     }
 
-    /// Marks the datagram sent last as carrying LINK_STATUS ([`SentPacket::status`]).
-    pub(crate) fn mark_last_sent_status(&mut self) {
+    /// Marks the datagram sent last as carrying LINK_STATUS ([`SentPacket::status`])
+    /// and this link's LINK_MTU.
+    pub(crate) fn mark_last_sent(&mut self, status: bool, mtu: bool) {
         if let Some(Some(p)) = self.sent.back_mut() {
-            p.status = true;
+            p.status = status;
+            p.mtu = mtu;
         }
     }
 
@@ -1089,6 +1095,9 @@ impl Link {
                     loss_rate += LOSS_GAIN * (1.0 - loss_rate);
                     if let Some(c) = &mut self.cc {
                         c.on_loss();
+                    }
+                    if p.mtu {
+                        self.ping_due = Some(now);
                     }
                     lost.push(p);
                 }

@@ -271,3 +271,48 @@ fn the_peer_learns_what_a_link_carries_and_sends_it_only_what_fits() {
     let delivered = p.delivered_inner(Side::Client);
     assert!(delivered.iter().filter(|i| i.src_port == 5000).count() >= 950);
 }
+
+#[test]
+fn a_lost_link_mtu_is_told_again_on_a_busy_link() {
+    // The client's first LINK_MTU of link 1 is lost, and the link then carries the
+    // client's upload without a pause (no keepalive PING would come): the loss of that
+    // PING makes the link probed again at once.
+    let small = MAX - 100;
+    let spec = |max| LinkSpec {
+        config: LinkConfig {
+            max_datagram: Some(max),
+            ..LinkConfig::default()
+        },
+        ..LinkSpec::new(ms(10)).rate_bps(10e6)
+    };
+    let mut dropped = false;
+    let mut p = PairBuilder::new()
+        .link(spec(MAX))
+        .link(spec(small))
+        .config(|c| {
+            c.rate_control = false;
+            c.default_policy = crate::PolicyKind::Aggregate;
+        })
+        .drop_fn(Box::new(move |d| {
+            let mtu = crate::wire::parse(d.bytes).is_ok_and(|(_, frames)| {
+                frames
+                    .flatten()
+                    .any(|f| matches!(f, crate::wire::Frame::LinkMtu { link: 1, .. }))
+            });
+            if d.from == Side::Client && mtu && !dropped {
+                dropped = true;
+                return true;
+            }
+            false
+        }))
+        .build();
+    p.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(6000, 200),
+        15000,
+        at_ms(0),
+        Duration::from_micros(200),
+    );
+    p.drive_until(at_ms(300));
+    assert_eq!(p.view(Side::Server, 1).max_datagram, small);
+}
