@@ -121,6 +121,6 @@ st = json.load(sys.stdin)
 s = st["sessions"][0]
 e = s["engine"]
 links = " ".join(f"{l['"'"'name'"'"']}: {l.get('"'"'max_datagram'"'"')} B, {l['"'"'data_sent'"'"']} sent, {l['"'"'lost'"'"']} lost;" for l in s["links"])
-print(f"{role}: tun mtu {st['"'"'mtu'"'"']}; lost {e['"'"'lost'"'"']}, oversized {e.get('"'"'data_oversized'"'"', '"'"'n/a'"'"')}, reinjected (lost) {e['"'"'reinjected_lost'"'"']}; {links}")
+print(f"{role}: tun mtu {st['"'"'mtu'"'"']}; lost {e['"'"'lost'"'"']}, oversized {e.get('"'"'data_oversized'"'"', '"'"'n/a'"'"')}, too big (dropped / answered) {e.get('"'"'too_big_dropped'"'"', '"'"'n/a'"'"')} / {e.get('"'"'too_big_signalled'"'"', '"'"'n/a'"'"')}, reinjected (lost) {e['"'"'reinjected_lost'"'"']}; {links}")
 ' "$role"
 done

@@ -12,15 +12,17 @@
 //! 2. DATA frames carry consecutive global sequence numbers and only inner packets the
 //!    TUN side handed in (as given, or CE-marked), each at most once;
 //! 3. every packet `poll_deliver` returns was carried by a DATA frame of a datagram fed
-//!    in, and is delivered at most as often as it was carried (delivered buffers are
-//!    given back with `recycle`, so a stale pooled buffer would show up here);
+//!    in, or is the "packet too big" answer to a TUN packet the engine refused as larger
+//!    than its links carry, and is delivered at most as often as it was carried or
+//!    answered (delivered buffers are given back with `recycle`, so a stale pooled
+//!    buffer would show up here);
 //! 4. timers make progress: after `handle_timeout(now)` and draining, `poll_timeout` is
 //!    later than `now` within [`MAX_SETTLE_ROUNDS`] rounds (otherwise a driver that arms
 //!    its timer at `poll_timeout` spins), and `run_timers` jumps to each returned
 //!    deadline and fires it;
 //! 5. `stats()` counts every datagram fed in and every TUN packet accepted, and
 //!    `handle_tun_packet` accepts exactly the packets `classify` accepts that fit a DATA
-//!    frame.
+//!    frame, but for those it refuses as larger than its links carry.
 //!
 //! Input format of both targets (see [`crate::input`]): the first byte holds the engine
 //! knobs ([`Knobs`]), then ops follow, each an op byte and its operands, until the input
@@ -295,10 +297,21 @@ impl Driver {
             }
             self.big_packets += 1;
         }
+        let signalled = self.ep.stats().too_big_signalled;
         let res = self.ep.handle_tun_packet(self.now, packet);
         let class = classify(packet);
         match (&res, class) {
             (Ok(()), Ok(_)) => assert!(packet.len() <= wire::MAX_DATA_PAYLOAD),
+            (Err(TunError::TooBig { len, mtu }), Ok(_)) => {
+                assert_eq!(*len, packet.len());
+                assert!(len > mtu, "refused a packet that fits the links");
+                // Its answer, if one went (rate-limited), is delivered to the TUN side.
+                if self.ep.stats().too_big_signalled > signalled {
+                    let reply = latebind_proto::pmtu::too_big_reply(packet, *mtu)
+                        .expect("the engine answered a packet that gets no answer");
+                    *self.carried.entry(reply).or_default() += 1;
+                }
+            }
             (Err(TunError::TooLarge(n)), _) => {
                 assert_eq!(*n, packet.len());
                 assert!(

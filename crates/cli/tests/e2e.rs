@@ -793,7 +793,8 @@ fn a_links_interface_that_appears_after_the_start_carries_the_tunnel() {
 
 /// A link whose interface appears after the start and then takes a smaller MTU (a
 /// cellular modem's 1400 beside a 1500-byte link): the TUN MTU follows it down, so a new
-/// TCP connection's segments travel over it whole, and nothing is fragmented.
+/// TCP connection's segments travel over it whole, and nothing is fragmented; the server
+/// learns the link's size, and answers a larger packet "fragmentation needed".
 #[test]
 fn a_link_that_comes_with_a_smaller_mtu_carries_the_tunnel_unfragmented() {
     if !root_or_skip("a_link_that_comes_with_a_smaller_mtu_carries_the_tunnel_unfragmented") {
@@ -850,6 +851,38 @@ fn a_link_that_comes_with_a_smaller_mtu_carries_the_tunnel_unfragmented() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(b["max_datagram"], 1400 - 28 - 16, "{server}");
+    // A 1400-byte datagram from the server's side (DF set, as Linux sets it on a UDP
+    // socket by default) does not fit link b, the only link up: the server answers it
+    // "fragmentation needed", and the server's kernel then holds 1329 bytes (link b's
+    // 1356 less latebind's 27) as the path MTU to the client.
+    let route = |ns: &str| {
+        let out = Command::new("ip")
+            .args(["-n", ns, "route", "get", "10.77.0.2"])
+            .output()
+            .expect("spawn");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(!route(&net.server_ns).contains("mtu 1329"));
+    // The socket stays open: its kernel takes the answer only while it exists.
+    let _socket = Net::in_ns(&net.server_ns, || {
+        let s = UdpSocket::bind("10.77.0.1:0").unwrap();
+        s.send_to(&[7u8; 1400 - 28], "10.77.0.2:5009").unwrap();
+        s
+    })
+    .join()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !route(&net.server_ns).contains("mtu 1329") {
+        assert!(
+            Instant::now() < deadline,
+            "route: {}\n{}",
+            route(&net.server_ns),
+            net.report()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let engine = &net.status("server")["sessions"][0]["engine"];
+    assert!(engine["too_big_signalled"].as_u64() >= Some(1), "{engine}");
 }
 
 /// Takes link a down, waits for link b to be up, and sends 4 MiB through the tunnel:

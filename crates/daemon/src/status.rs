@@ -139,6 +139,13 @@ pub struct EngineCounters {
     /// did; the kernel fragments them).
     #[serde(default)]
     pub data_oversized: u64,
+    /// Packets larger than every link up carries whole, with DF set (or IPv6): dropped,
+    /// their senders answered "packet too big" (at most 100 a second).
+    #[serde(default)]
+    pub too_big_dropped: u64,
+    /// "Packet too big" answers written to the TUN device.
+    #[serde(default)]
+    pub too_big_signalled: u64,
     /// Packets of redundant flows held back to arrive with their slower copies.
     #[serde(default)]
     pub reorder_aligned: u64,
@@ -378,6 +385,8 @@ impl SessionStatus {
                 too_old_data: st.too_old_data,
                 acks_too_big_to_ride: st.acks_too_big_to_ride,
                 data_oversized: st.data_oversized,
+                too_big_dropped: st.too_big_dropped,
+                too_big_signalled: st.too_big_signalled,
                 reorder_held: st.reorder.held,
                 reorder_gaps_skipped: st.reorder.gaps_skipped,
                 late_delivered: st.reorder.late_delivered,

@@ -139,6 +139,40 @@ pub enum TunError {
     /// Larger than a DATA frame can carry.
     #[error("packet of {0} bytes is too large for the tunnel")]
     TooLarge(usize),
+    /// Larger than the smallest link up carries whole, and not to be fragmented: its
+    /// sender is sent "packet too big" ([`Endpoint::poll_deliver`]).
+    #[error("packet of {len} bytes is larger than the links carry ({mtu}): its sender is told")]
+    TooBig {
+        /// The packet's length.
+        len: usize,
+        /// The largest inner packet every link up carries.
+        mtu: usize,
+    },
+}
+
+/// A token bucket for "packet too big" answers (RFC 1812 4.3.2.8: rate-limited).
+#[derive(Debug)]
+struct TooBigBudget {
+    tokens: f64,
+    at: Instant,
+}
+
+impl TooBigBudget {
+    /// Answers per second, and the most at once.
+    const RATE: f64 = 100.0;
+    const BURST: f64 = 20.0;
+
+    fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * Self::RATE).min(Self::BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Counters of one endpoint. Every drop is counted under a reason.
@@ -182,6 +216,11 @@ pub struct EndpointStats {
     /// Inner packets sent in a datagram larger than their link's `max_datagram`: no link
     /// up carried them whole, and they left to be fragmented below.
     pub data_oversized: u64,
+    /// Packets from the TUN side larger than every link up carries whole and not to be
+    /// fragmented: dropped, their senders told "packet too big" (at most 100 a second).
+    pub too_big_dropped: u64,
+    /// "Packet too big" answers sent to the TUN side.
+    pub too_big_signalled: u64,
     /// Copies of redundant packets not sent: no link left for them carried them whole.
     pub redundant_copies_too_big: u64,
     /// LOSS_REPORT frames sent.
@@ -263,6 +302,9 @@ pub struct Endpoint {
     reinject_views: Vec<LinkView>,
     /// Scratch for the links that carry a packet whole (`policy::links_that_carry`).
     fit_views: Vec<LinkView>,
+    /// "Packet too big" answers for the TUN side ([`Self::poll_deliver`]).
+    local_out: VecDeque<Vec<u8>>,
+    too_big_budget: TooBigBudget,
     /// Copies of redundant flows' packets waiting for their next link (ahead of
     /// everything else).
     copies: VecDeque<Pending>,
@@ -321,6 +363,11 @@ impl Endpoint {
             reinject_scratch: Vec::new(),
             reinject_views: Vec::new(),
             fit_views: Vec::new(),
+            local_out: VecDeque::new(),
+            too_big_budget: TooBigBudget {
+                tokens: TooBigBudget::BURST,
+                at: now,
+            },
             copies: VecDeque::new(),
             aggregate: Aggregate,
             overflow,
@@ -596,6 +643,22 @@ impl Endpoint {
                 return Err((*e).into());
             }
         };
+        if let Some(mtu) = self.tunnel_mtu()
+            && packet.len() > mtu
+            && let Some(reply) = crate::pmtu::too_big_reply(packet, mtu)
+        {
+            // Larger than a link up carries whole, and its sender can send smaller: it
+            // is told so, as a router on the path would tell it (4.2).
+            self.stats.too_big_dropped += 1;
+            if self.too_big_budget.take(now) {
+                self.stats.too_big_signalled += 1;
+                self.local_out.push_back(reply);
+            }
+            return Err(TunError::TooBig {
+                len: packet.len(),
+                mtu,
+            });
+        }
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(packet);
@@ -1767,9 +1830,21 @@ impl Endpoint {
         }
     }
 
-    /// The next inner packet for the TUN side, in order within its flow.
+    /// The next inner packet for the TUN side, in order within its flow; or a "packet
+    /// too big" this end answered one of the TUN side's packets with.
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
-        self.reorder.pop()
+        self.local_out.pop_front().or_else(|| self.reorder.pop())
+    }
+
+    /// The largest inner packet every link that is not down carries whole (`None`:
+    /// no such link has a known limit).
+    fn tunnel_mtu(&self) -> Option<usize> {
+        self.links
+            .iter()
+            .filter(|l| l.state != LinkState::Down)
+            .filter_map(Link::max_datagram)
+            .min()
+            .map(|m| m.saturating_sub(wire::DATA_OVERHEAD))
     }
 
     /// Gives a buffer back for reuse (optional; saves an allocation per packet).

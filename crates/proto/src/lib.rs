@@ -31,6 +31,7 @@ pub mod endpoint;
 mod fq;
 pub mod ids;
 pub mod link;
+pub mod pmtu;
 pub mod policy;
 mod reorder;
 #[cfg(test)]

@@ -63,7 +63,7 @@ impl Side {
         }
     }
 
-    const fn idx(self) -> usize {
+    pub(crate) const fn idx(self) -> usize {
         match self {
             Self::Client => 0,
             Self::Server => 1,
@@ -190,6 +190,8 @@ pub(crate) struct FlowSpec {
     pub(crate) dscp: u8,
     /// UDP payload bytes (at least 4: the sequence number).
     pub(crate) payload_len: usize,
+    /// The packets' DF bit (set by default, as TCP and most UDP senders set it).
+    pub(crate) dont_fragment: bool,
 }
 
 impl FlowSpec {
@@ -200,7 +202,14 @@ impl FlowSpec {
             dst_port: 9,
             dscp: 0,
             payload_len,
+            dont_fragment: true,
         }
+    }
+
+    /// The same flow, with packets that may be fragmented (DF clear).
+    pub(crate) const fn fragmentable(mut self) -> Self {
+        self.dont_fragment = false;
+        self
     }
 
     /// Packet `seq` of this flow.
@@ -228,7 +237,8 @@ pub(crate) fn inner_packet(flow: &FlowSpec, seq: u32) -> Vec<u8> {
     p.push(flow.dscp << 2);
     p.extend_from_slice(&u16::try_from(total).expect("small packet").to_be_bytes());
     p.extend_from_slice(&(seq as u16).to_be_bytes()); // identification
-    p.extend_from_slice(&[0x40, 0x00]); // don't fragment
+    // Flags and fragment offset: don't fragment, or nothing.
+    p.extend_from_slice(&[if flow.dont_fragment { 0x40 } else { 0 }, 0x00]);
     p.push(64); // ttl
     p.push(17); // udp
     p.extend_from_slice(&[0, 0]); // checksum, filled below

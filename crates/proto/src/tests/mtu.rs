@@ -86,11 +86,12 @@ fn an_ack_rides_on_a_full_size_data_packet_only_as_far_as_the_link_allows() {
 
 #[test]
 fn an_ack_that_cannot_ride_goes_alone() {
-    // A limit below a full data packet plus the smallest ACK: the ACKs go in their own
-    // datagrams, and the server's data is still acknowledged (nothing waits for them).
+    // A limit that a full data packet fits exactly, without room for the smallest ACK:
+    // the ACKs go in their own datagrams, and the server's data is still acknowledged
+    // (nothing waits for them).
     let (_, _, _, _, lost_riding) = run(Some(MAX));
-    let (largest, with_ack, delivered, too_big, lost) = run(Some(MAX - 30));
-    assert!(largest <= MAX, "{largest}");
+    let (largest, with_ack, delivered, too_big, lost) = run(Some(MAX - 29));
+    assert!(largest <= MAX - 29, "{largest}");
     assert!(too_big > 100, "{too_big}");
     assert!(with_ack < 1500, "{with_ack}");
     assert_eq!(delivered, 1500);
@@ -99,7 +100,8 @@ fn an_ack_that_cannot_ride_goes_alone() {
 
 /// A link whose path carries smaller datagrams than the others (a cellular or PPPoE
 /// path beside a 1500-byte one): two 10 Mb/s links, link 0 carries `MAX`, link 1
-/// `small`. Under `policy` the client sends 1000 full-size packets of one flow (7.6 Mb/s)
+/// `small`. Under `policy` the client sends 1000 full-size packets of one flow (7.6 Mb/s;
+/// DF clear: with DF set, the engine would answer them "packet too big")
 /// and `count` of 200 bytes of another, one every `every` (at 200 µs, 10 Mb/s: the two
 /// then ask more than one link takes).
 fn two_paths(
@@ -128,7 +130,7 @@ fn two_paths(
     }
     p.send_stream(
         Side::Client,
-        &FlowSpec::bulk(5000, FULL),
+        &FlowSpec::bulk(5000, FULL).fragmentable(),
         1000,
         at_ms(0),
         Duration::from_micros(1500),
@@ -242,7 +244,7 @@ fn the_peer_learns_what_a_link_carries_and_sends_it_only_what_fits() {
     p.drive_until(at_ms(100));
     p.send_stream(
         Side::Server,
-        &FlowSpec::bulk(5000, FULL),
+        &FlowSpec::bulk(5000, FULL).fragmentable(),
         1000,
         at_ms(100),
         Duration::from_micros(1500),
@@ -315,4 +317,61 @@ fn a_lost_link_mtu_is_told_again_on_a_busy_link() {
     );
     p.drive_until(at_ms(300));
     assert_eq!(p.view(Side::Server, 1).max_datagram, small);
+}
+
+#[test]
+fn a_packet_larger_than_a_link_carries_gets_packet_too_big_from_the_tunnel() {
+    // The client's link 1 takes 100 bytes less than a full-size datagram. Full-size
+    // packets with DF set, from either end, are dropped and answered with "fragmentation
+    // needed" for what every link carries, at most 100 a second; smaller ones go through.
+    let small = MAX - 100;
+    let spec = |max| LinkSpec {
+        config: LinkConfig {
+            max_datagram: Some(max),
+            ..LinkConfig::default()
+        },
+        ..LinkSpec::new(ms(10)).rate_bps(10e6)
+    };
+    let mut p = PairBuilder::new()
+        .link(spec(MAX))
+        .link(spec(small))
+        .config(|c| c.rate_control = false)
+        .build();
+    p.drive_until(at_ms(100));
+    for side in [Side::Client, Side::Server] {
+        let flow = FlowSpec::bulk(5000, FULL);
+        let fits = FlowSpec::bulk(6000, small - crate::wire::DATA_OVERHEAD - 28);
+        for seq in 0..300 {
+            let now = p.now;
+            let too_big = p.endpoint(side).handle_tun_packet(now, &flow.packet(seq));
+            assert!(
+                matches!(too_big, Err(crate::TunError::TooBig { len: 1400, .. })),
+                "{too_big:?}"
+            );
+            p.send_now(side, &fits.packet(seq));
+        }
+        let st = p.endpoint_ref(side).stats();
+        assert_eq!(st.too_big_dropped, 300, "{side:?}");
+        // The burst's worth, all at one instant.
+        assert_eq!(st.too_big_signalled, 20, "{side:?}");
+    }
+    p.drive_until(at_ms(1000));
+    for side in [Side::Client, Side::Server] {
+        let (icmp, udp): (Vec<_>, Vec<_>) = p.delivered[side.idx()]
+            .iter()
+            .map(|d| &d.bytes)
+            .partition(|b| b[9] == 1);
+        assert_eq!(icmp.len(), 20, "{side:?}");
+        let reply = icmp[0];
+        // From the packet's destination to its source: type 3 code 4, next-hop MTU.
+        assert_eq!(
+            (&reply[12..16], &reply[16..20]),
+            (&[10, 0, 0, 2][..], &[10, 0, 0, 1][..])
+        );
+        assert_eq!((reply[20], reply[21]), (3, 4));
+        let mtu = u16::from_be_bytes([reply[26], reply[27]]);
+        assert_eq!(usize::from(mtu), small - crate::wire::DATA_OVERHEAD);
+        // What fits went through (a burst of 300 at one instant: CoDel may take one).
+        assert!(udp.len() >= 295, "{side:?}: {}", udp.len());
+    }
 }
