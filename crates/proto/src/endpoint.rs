@@ -150,6 +150,10 @@ pub enum TunError {
     },
 }
 
+/// The smallest largest-datagram a LINK_MTU frame can set (3.8): 576 bytes of IPv4
+/// datagram less its IPv4 and UDP headers and the AEAD tag.
+const MIN_PEER_DATAGRAM: usize = 576 - 28 - 16;
+
 /// A token bucket for "packet too big" answers (RFC 1812 4.3.2.8: rate-limited).
 #[derive(Debug)]
 struct TooBigBudget {
@@ -872,7 +876,9 @@ impl Endpoint {
             }
             wire::Frame::LinkMtu { link, max_datagram } => {
                 if let Some(i) = self.link_index(LinkId(link)) {
-                    let max = Some(usize::from(max_datagram));
+                    // Every IPv4 host takes 576-byte datagrams (RFC 791): a smaller
+                    // figure is the peer's mistake, and would only shrink every packet.
+                    let max = Some(usize::from(max_datagram).max(MIN_PEER_DATAGRAM));
                     if self.links[i].peer_max_datagram != max {
                         self.links[i].peer_max_datagram = max;
                         self.links_changed();
@@ -1495,7 +1501,8 @@ impl Endpoint {
                 views.extend_from_slice(&self.views);
             }
         }
-        if !crate::policy::hide_links_too_small(&mut views, meta.len) && which == Again::Copy {
+        let fits = crate::policy::hide_links_too_small(&mut views, meta.len);
+        if !fits && which == Again::Copy && views.iter().any(|v| v.state != LinkState::Down) {
             // No link left for this copy carries it whole: a copy is not worth sending
             // to be fragmented (a reinjection is: it is the packet's only chance).
             self.reinject_views = views;
@@ -1953,6 +1960,37 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    #[test]
+    fn a_peers_link_mtu_is_taken_down_to_what_a_576_byte_path_carries() {
+        let now = Instant::ZERO;
+        let mut ep = Endpoint::new(Config::new(Role::Server), now).unwrap();
+        let own = LinkConfig {
+            max_datagram: Some(1456),
+            ..LinkConfig::default()
+        };
+        assert!(ep.add_link(now, LinkId(1), own));
+        let seen = |ep: &Endpoint| ep.link_views(now)[0].max_datagram;
+        let mut told = |ep: &mut Endpoint, max_datagram| {
+            ep.apply_frame(
+                now,
+                0,
+                wire::Frame::LinkMtu {
+                    link: 1,
+                    max_datagram,
+                },
+            );
+        };
+        told(&mut ep, 1356);
+        assert_eq!(seen(&ep), 1356);
+        // Larger than this end's own limit: its own stands.
+        told(&mut ep, 9000);
+        assert_eq!(seen(&ep), 1456);
+        // Smaller than any IPv4 path: raised to what 576 bytes carry.
+        told(&mut ep, 100);
+        assert_eq!(seen(&ep), 576 - 28 - 16);
+        assert_eq!(ep.tunnel_mtu(), Some(576 - 28 - 16 - wire::DATA_OVERHEAD));
     }
 
     #[test]

@@ -375,3 +375,31 @@ fn a_packet_larger_than_a_link_carries_gets_packet_too_big_from_the_tunnel() {
         assert!(udp.len() >= 295, "{side:?}: {}", udp.len());
     }
 }
+
+#[test]
+fn a_copy_on_the_one_link_left_is_not_taken_for_too_big() {
+    // A redundant flow whose second link is down: its copies go on the one link left
+    // again (one loss there does not lose the packet), and none counts as too big.
+    let mut p = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(20)))
+        .config(|c| c.default_policy = crate::PolicyKind::Redundant)
+        .build();
+    p.link_change(1, crate::LinkChange::Down);
+    p.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(7000, 200),
+        50,
+        at_ms(0),
+        ms(20),
+    );
+    p.drive_until(at_ms(1500));
+    let st = p.client.stats();
+    assert_eq!(st.redundant_copies_too_big, 0);
+    assert!(
+        st.redundant_copies_sent >= 50,
+        "{}",
+        st.redundant_copies_sent
+    );
+    assert_eq!(p.delivered_inner(Side::Server).len(), 50);
+}
