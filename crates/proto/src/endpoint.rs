@@ -1972,7 +1972,7 @@ mod tests {
         };
         assert!(ep.add_link(now, LinkId(1), own));
         let seen = |ep: &Endpoint| ep.link_views(now)[0].max_datagram;
-        let mut told = |ep: &mut Endpoint, max_datagram| {
+        let told = |ep: &mut Endpoint, max_datagram| {
             ep.apply_frame(
                 now,
                 0,
