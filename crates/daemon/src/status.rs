@@ -486,13 +486,22 @@ impl Status {
             if !at.is_empty() {
                 let _ = writeln!(s, "  peer at: {}", at.join(", "));
             }
+            let sizes: Vec<String> = ses
+                .links
+                .iter()
+                .filter_map(|l| Some(format!("{} {} B", l.name, l.max_datagram?)))
+                .collect();
+            if !sizes.is_empty() {
+                let _ = writeln!(s, "  largest datagram: {}", sizes.join(", "));
+            }
             let e = &ses.engine;
             let d = &ses.daemon;
             let _ = writeln!(
                 s,
-                "  drops: aqm {} overflow {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
+                "  drops: aqm {} overflow {} too-big {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
                 e.aqm_dropped,
                 e.overflow_dropped,
+                e.too_big_dropped,
                 e.tun_invalid,
                 e.malformed,
                 d.auth_failed,
@@ -631,6 +640,9 @@ impl Status {
                 let _ = writeln!(s, "latebind_link_loss_pct{{{lp}}} {}", l.loss_pct);
                 let _ = writeln!(s, "latebind_link_rate_mbps{{{lp}}} {}", l.cc_rate_mbps);
                 let _ = writeln!(s, "latebind_link_cwnd_bytes{{{lp}}} {}", l.cwnd_bytes);
+                if let Some(m) = l.max_datagram {
+                    let _ = writeln!(s, "latebind_link_max_datagram_bytes{{{lp}}} {m}");
+                }
                 let _ = writeln!(
                     s,
                     "latebind_link_queue_delay_ms{{{lp}}} {}",
