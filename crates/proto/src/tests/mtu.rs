@@ -98,18 +98,12 @@ fn an_ack_that_cannot_ride_goes_alone() {
     assert!(lost <= lost_riding + 20, "{lost} against {lost_riding}");
 }
 
-/// A link whose path carries smaller datagrams than the others (a cellular or PPPoE
-/// path beside a 1500-byte one): two 10 Mb/s links, link 0 carries `MAX`, link 1
-/// `small`. Under `policy` the client sends 1000 full-size packets of one flow (7.6 Mb/s;
-/// DF clear: with DF set, the engine would answer them "packet too big")
-/// and `count` of 200 bytes of another, one every `every` (at 200 µs, 10 Mb/s: the two
-/// then ask more than one link takes).
-fn two_paths(
-    policy: crate::PolicyKind,
-    small: usize,
-    link0_up: bool,
-    (count, every): (u32, Duration),
-) -> (Vec<(u16, usize, bool)>, usize, usize, u64) {
+/// Link 1's path carries 100 bytes less than link 0's full-size datagrams.
+const SMALL: usize = MAX - 100;
+
+/// Two 10 Mb/s links, 10 ms each way, the client's link 0 carrying `MAX` and link 1
+/// [`SMALL`]; rate control off, `policy` the default.
+fn two_sizes(policy: crate::PolicyKind) -> PairBuilder {
     let spec = |max| LinkSpec {
         config: LinkConfig {
             max_datagram: Some(max),
@@ -117,14 +111,27 @@ fn two_paths(
         },
         ..LinkSpec::new(ms(10)).rate_bps(10e6)
     };
-    let mut p = PairBuilder::new()
+    PairBuilder::new()
         .link(spec(MAX))
-        .link(spec(small))
-        .config(|c| {
+        .link(spec(SMALL))
+        .config(move |c| {
             c.rate_control = false;
             c.default_policy = policy;
         })
-        .build();
+}
+
+/// A link whose path carries smaller datagrams than the others (a cellular or PPPoE
+/// path beside a 1500-byte one): two 10 Mb/s links, link 0 carries `MAX`, link 1
+/// [`SMALL`]. Under `policy` the client sends 1000 full-size packets of one flow (7.6 Mb/s;
+/// DF clear: with DF set, the engine would answer them "packet too big")
+/// and `count` of 200 bytes of another, one every `every` (at 200 µs, 10 Mb/s: the two
+/// then ask more than one link takes).
+fn two_paths(
+    policy: crate::PolicyKind,
+    link0_up: bool,
+    (count, every): (u32, Duration),
+) -> (Vec<(u16, usize, bool)>, usize, usize, u64) {
+    let mut p = two_sizes(policy).build();
     if !link0_up {
         p.link_change(0, crate::LinkChange::Down);
     }
@@ -164,7 +171,6 @@ fn two_paths(
 #[test]
 fn a_packet_goes_only_on_links_that_carry_it_whole() {
     // Link 1's path is 100 bytes smaller: the full-size packets do not fit it.
-    let small = MAX - 100;
     for policy in [
         crate::PolicyKind::MinRtt,
         crate::PolicyKind::Aggregate,
@@ -177,7 +183,7 @@ fn a_packet_goes_only_on_links_that_carry_it_whole() {
             crate::PolicyKind::Redundant => (2500, Duration::from_millis(1)),
             _ => (5000, Duration::from_micros(200)),
         };
-        let (sent, big, little, oversized) = two_paths(policy, small, true, small_flow);
+        let (sent, big, little, oversized) = two_paths(policy, true, small_flow);
         let on = |link: u16, full: bool| {
             sent.iter()
                 .filter(|&&(l, _, f)| l == link && f == full)
@@ -185,7 +191,7 @@ fn a_packet_goes_only_on_links_that_carry_it_whole() {
         };
         let too_big = sent
             .iter()
-            .filter(|&&(l, len, _)| l == 1 && len > small)
+            .filter(|&&(l, len, _)| l == 1 && len > SMALL)
             .count();
         assert_eq!(too_big, 0, "{policy:?}: {} full on link 1", on(1, true));
         assert_eq!(oversized, 0, "{policy:?}");
@@ -207,10 +213,8 @@ fn a_packet_no_link_carries_whole_still_leaves_and_is_counted() {
     // Only the small link is up: the full-size packets go on it (the kernel fragments
     // them), counted, rather than waiting for a link that may never come. (The two flows
     // ask more than the link takes: its queues drop some of both.)
-    let small = MAX - 100;
     let (sent, big, little, oversized) = two_paths(
         crate::PolicyKind::MinRtt,
-        small,
         false,
         (5000, Duration::from_micros(200)),
     );
@@ -224,22 +228,7 @@ fn the_peer_learns_what_a_link_carries_and_sends_it_only_what_fits() {
     // The client's link 1 takes 100 bytes less than a full-size datagram (its interface's
     // MTU); the server, which cannot see it, learns it from the client's LINK_MTU frames
     // and sends its full-size packets on link 0 only. The server has no limit of its own.
-    let small = MAX - 100;
-    let spec = |max| LinkSpec {
-        config: LinkConfig {
-            max_datagram: Some(max),
-            ..LinkConfig::default()
-        },
-        ..LinkSpec::new(ms(10)).rate_bps(10e6)
-    };
-    let mut p = PairBuilder::new()
-        .link(spec(MAX))
-        .link(spec(small))
-        .config(|c| {
-            c.rate_control = false;
-            c.default_policy = crate::PolicyKind::Aggregate;
-        })
-        .build();
+    let mut p = two_sizes(crate::PolicyKind::Aggregate).build();
     // The server learns its links from the client's first datagrams.
     p.drive_until(at_ms(100));
     p.send_stream(
@@ -263,12 +252,12 @@ fn the_peer_learns_what_a_link_carries_and_sends_it_only_what_fits() {
         .map(|t| t.bytes.len())
         .collect();
     assert!(
-        on_1.iter().all(|&len| len <= small),
+        on_1.iter().all(|&len| len <= SMALL),
         "{:?}",
         on_1.iter().max()
     );
     assert!(on_1.len() > 500, "{}", on_1.len());
-    assert_eq!(p.view(Side::Server, 1).max_datagram, small);
+    assert_eq!(p.view(Side::Server, 1).max_datagram, SMALL);
     assert_eq!(p.server.stats().data_oversized, 0);
     let delivered = p.delivered_inner(Side::Client);
     assert!(delivered.iter().filter(|i| i.src_port == 5000).count() >= 950);
@@ -279,22 +268,8 @@ fn a_lost_link_mtu_is_told_again_on_a_busy_link() {
     // The client's first LINK_MTU of link 1 is lost, and the link then carries the
     // client's upload without a pause (no keepalive PING would come): the loss of that
     // PING makes the link probed again at once.
-    let small = MAX - 100;
-    let spec = |max| LinkSpec {
-        config: LinkConfig {
-            max_datagram: Some(max),
-            ..LinkConfig::default()
-        },
-        ..LinkSpec::new(ms(10)).rate_bps(10e6)
-    };
     let mut dropped = false;
-    let mut p = PairBuilder::new()
-        .link(spec(MAX))
-        .link(spec(small))
-        .config(|c| {
-            c.rate_control = false;
-            c.default_policy = crate::PolicyKind::Aggregate;
-        })
+    let mut p = two_sizes(crate::PolicyKind::Aggregate)
         .drop_fn(Box::new(move |d| {
             let mtu = crate::wire::parse(d.bytes).is_ok_and(|(_, frames)| {
                 frames
@@ -316,7 +291,7 @@ fn a_lost_link_mtu_is_told_again_on_a_busy_link() {
         Duration::from_micros(200),
     );
     p.drive_until(at_ms(300));
-    assert_eq!(p.view(Side::Server, 1).max_datagram, small);
+    assert_eq!(p.view(Side::Server, 1).max_datagram, SMALL);
 }
 
 #[test]
@@ -324,23 +299,11 @@ fn a_packet_larger_than_a_link_carries_gets_packet_too_big_from_the_tunnel() {
     // The client's link 1 takes 100 bytes less than a full-size datagram. Full-size
     // packets with DF set, from either end, are dropped and answered with "fragmentation
     // needed" for what every link carries, at most 100 a second; smaller ones go through.
-    let small = MAX - 100;
-    let spec = |max| LinkSpec {
-        config: LinkConfig {
-            max_datagram: Some(max),
-            ..LinkConfig::default()
-        },
-        ..LinkSpec::new(ms(10)).rate_bps(10e6)
-    };
-    let mut p = PairBuilder::new()
-        .link(spec(MAX))
-        .link(spec(small))
-        .config(|c| c.rate_control = false)
-        .build();
+    let mut p = two_sizes(crate::PolicyKind::MinRtt).build();
     p.drive_until(at_ms(100));
     for side in [Side::Client, Side::Server] {
         let flow = FlowSpec::bulk(5000, FULL);
-        let fits = FlowSpec::bulk(6000, small - crate::wire::DATA_OVERHEAD - 28);
+        let fits = FlowSpec::bulk(6000, SMALL - crate::wire::DATA_OVERHEAD - 28);
         for seq in 0..300 {
             let now = p.now;
             let too_big = p.endpoint(side).handle_tun_packet(now, &flow.packet(seq));
@@ -370,7 +333,7 @@ fn a_packet_larger_than_a_link_carries_gets_packet_too_big_from_the_tunnel() {
         );
         assert_eq!((reply[20], reply[21]), (3, 4));
         let mtu = u16::from_be_bytes([reply[26], reply[27]]);
-        assert_eq!(usize::from(mtu), small - crate::wire::DATA_OVERHEAD);
+        assert_eq!(usize::from(mtu), SMALL - crate::wire::DATA_OVERHEAD);
         // What fits went through (a burst of 300 at one instant: CoDel may take one).
         assert!(udp.len() >= 295, "{side:?}: {}", udp.len());
     }
