@@ -25,62 +25,13 @@ if [ -z "${LATEBIND_BIN:-}" ]; then
 else
   bin=$LATEBIND_BIN
 fi
-id=$$
-C=lbm-c$id; S=lbm-s$id
-dir=$(mktemp -d)
-cleanup() {
-  set +e
-  [ -n "${pids:-}" ] && kill $pids 2>/dev/null; sleep 0.3; [ -n "${pids:-}" ] && kill -9 $pids 2>/dev/null
-  ip netns del "$C" 2>/dev/null; ip netns del "$S" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-ip netns add "$C"; ip netns add "$S"
-ip -n "$C" link set lo up; ip -n "$S" link set lo up
+. scripts/lib/tunnel.sh
+tunnel_net lbm 2 30
 for i in 0 1; do
-  ip link add lbmc$i$id type veth peer name lbms$i$id
-  ip link set lbmc$i$id netns "$C" name c$i; ip link set lbms$i$id netns "$S" name s$i
-  ip -n "$C" addr add 198.18.$((30 + i)).2/24 dev c$i; ip -n "$S" addr add 198.18.$((30 + i)).1/24 dev s$i
-  ip -n "$C" link set c$i up; ip -n "$S" link set s$i up
   tc -n "$C" qdisc add dev c$i root tbf rate ${rate}mbit burst 15k limit 150k
   tc -n "$S" qdisc add dev s$i root tbf rate ${rate}mbit burst 15k limit 150k
 done
-ck=$("$bin" genkey); cp=$(echo "$ck" | "$bin" pubkey)
-sk=$("$bin" genkey); sp=$(echo "$sk" | "$bin" pubkey)
-cat > "$dir/server.toml" <<EOT
-[server]
-private_key = "$sk"
-listen = ["0.0.0.0:51820"]
-address = "10.77.0.1/24"
-control_socket = "$dir/server.sock"
-policy = "aggregate"
-[[peers]]
-public_key = "$cp"
-address = "10.77.0.2"
-EOT
-cat > "$dir/client.toml" <<EOT
-[client]
-private_key = "$ck"
-server_public_key = "$sp"
-address = "10.77.0.2/24"
-control_socket = "$dir/client.sock"
-policy = "aggregate"
-[[links]]
-name = "a"
-interface = "c0"
-server = "198.18.30.1:51820"
-[[links]]
-name = "b"
-interface = "c1"
-server = "198.18.31.1:51820"
-EOT
-ip netns exec "$S" "$bin" server --config "$dir/server.toml" 2>"$dir/server.log" & pids="$!"
-sleep 0.2
-ip netns exec "$C" "$bin" client --config "$dir/client.toml" 2>"$dir/client.log" & pids="$pids $!"
-for _ in $(seq 50); do
-  "$bin" status --json --socket "$dir/client.sock" 2>/dev/null | grep -q '"established":true' && break
-  sleep 0.1
-done
+tunnel_start 2 30 'policy = "aggregate"'
 ip netns exec "$S" iperf3 -s -D -1 -B 10.77.0.1 >/dev/null
 sleep 0.3
 ip netns exec "$C" iperf3 -c 10.77.0.1 -R -t "$secs" -J > "$dir/iperf.json" &
