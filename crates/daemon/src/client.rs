@@ -614,10 +614,7 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
                 backup: l.backup,
                 pacing_rate: l.pacing_rate_mbps.map(|r| r * 1e6 / 8.0),
                 capacity: l.capacity_mbps.map(|r| r * 1e6 / 8.0),
-                max_datagram: Some(max_datagram(
-                    interface_mtu(&cl.interface).unwrap_or(1500),
-                    cl.server,
-                )),
+                max_datagram: Some(max_datagram(cl.mtu.unwrap_or(1500), cl.server)),
             },
         );
         if !cl.usable() {
