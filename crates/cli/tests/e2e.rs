@@ -389,6 +389,9 @@ fn tcp_transfer(net: &Net, bytes: usize, during: impl FnOnce()) -> (usize, Durat
         let mut s =
             TcpStream::connect_timeout(&"10.77.0.1:5001".parse().unwrap(), Duration::from_secs(5))
                 .unwrap();
+        // A transfer that stalls fails instead of blocking the test for TCP's whole
+        // retransmission schedule.
+        s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
         let chunk: Vec<u8> = (0..bytes).map(pattern).collect();
         for part in chunk.chunks(16384) {
             s.write_all(part).unwrap();
@@ -883,6 +886,42 @@ fn a_link_that_comes_with_a_smaller_mtu_carries_the_tunnel_unfragmented() {
     }
     let engine = &net.status("server")["sessions"][0]["engine"];
     assert!(engine["too_big_signalled"].as_u64() >= Some(1), "{engine}");
+}
+
+/// A link whose path drops datagrams larger than 1400 bytes, with no ICMP (the server's
+/// end of the veth takes MTU 1400, the client's keeps 1500: a hop further on with a
+/// smaller MTU, as a carrier's tunnel behind a modem that reports 1500). The client's
+/// probes find the size, and a TCP upload over that link alone completes: its sender is
+/// told "packet too big" once the size is known. Without the probes its full-size
+/// datagrams vanish and the upload stalls.
+#[test]
+fn a_link_whose_path_drops_large_datagrams_is_probed_and_carries_the_tunnel() {
+    if !root_or_skip("a_link_whose_path_drops_large_datagrams_is_probed_and_carries_the_tunnel") {
+        return;
+    }
+    let mut net = Net::new();
+    sh(&[
+        "ip",
+        "-n",
+        &net.server_ns,
+        "link",
+        "set",
+        "s1",
+        "mtu",
+        "1400",
+    ]);
+    net.start_and_wait();
+    transfer_over_link_b_alone(&net);
+    let st = net.status("client");
+    let b = &st["sessions"][0]["links"][1];
+    // 1400 less the outer IPv4 and UDP headers and the tag is 1356; the search stops
+    // within 16 bytes of it.
+    let found = b["max_datagram"].as_u64().unwrap_or(0);
+    assert!((1340..=1356).contains(&found), "{st}");
+    assert!(
+        st["sessions"][0]["engine"]["too_big_signalled"].as_u64() >= Some(1),
+        "{st}"
+    );
 }
 
 /// Takes link a down, waits for link b to be up, and sends 4 MiB through the tunnel:

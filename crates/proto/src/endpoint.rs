@@ -227,6 +227,8 @@ pub struct EndpointStats {
     pub too_big_signalled: u64,
     /// Copies of redundant packets not sent: no link left for them carried them whole.
     pub redundant_copies_too_big: u64,
+    /// Path MTU probes sent (3.8).
+    pub pmtu_probes_sent: u64,
     /// LOSS_REPORT frames sent.
     pub loss_reports_sent: u64,
     /// LINK_STATUS frames sent.
@@ -613,6 +615,7 @@ impl Endpoint {
                 return;
             }
             l.config.max_datagram = max;
+            l.pmtu_restart();
             if l.state != LinkState::Down {
                 // The peer learns it from the link's next PING (LINK_MTU): that is now.
                 l.ping_due = Some(now);
@@ -881,6 +884,7 @@ impl Endpoint {
                     let max = Some(usize::from(max_datagram).max(MIN_PEER_DATAGRAM));
                     if self.links[i].peer_max_datagram != max {
                         self.links[i].peer_max_datagram = max;
+                        self.links[i].pmtu_restart();
                         self.links_changed();
                     }
                 }
@@ -1252,6 +1256,21 @@ impl Endpoint {
     fn poll_control(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if now < self.control_idle_until {
             return None;
+        }
+        for i in 0..self.links.len() {
+            // A path MTU probe (3.8): PADDING to the size probed, not ack-eliciting (its
+            // loss must not make the link suspect); a PING right after it brings the ACK
+            // that tells whether it came.
+            if let Some(size) = self.links[i].pmtu_probe_due(now) {
+                self.write_header(i, buf);
+                wire::emit_padding(buf, size.saturating_sub(buf.len()));
+                let t = self.finish(now, i, buf, false, None);
+                let l = &mut self.links[i];
+                l.pmtu_probe_sent(now, size);
+                l.ping_due = Some(now);
+                self.stats.pmtu_probes_sent += 1;
+                return Some(t);
+            }
         }
         let announce = self.links.iter().any(|l| l.announce);
         for i in 0..self.links.len() {
@@ -1844,11 +1863,12 @@ impl Endpoint {
     }
 
     /// The largest inner packet every link that is not down carries whole (`None`:
-    /// no such link has a known limit).
+    /// no such link has a known limit). A link whose path MTU search is under way does
+    /// not count until it is over.
     fn tunnel_mtu(&self) -> Option<usize> {
         self.links
             .iter()
-            .filter(|l| l.state != LinkState::Down)
+            .filter(|l| l.state != LinkState::Down && l.pmtu_settled())
             .filter_map(Link::max_datagram)
             .min()
             .map(|m| m.saturating_sub(wire::DATA_OVERHEAD))

@@ -498,6 +498,98 @@ impl LinkView {
     }
 }
 
+/// The smallest datagram every path carries, bytes before the AEAD tag: IPv6's minimum
+/// MTU (1280) less the IPv6 and UDP headers and the tag. The search below starts there.
+pub(crate) const PMTU_BASE: usize = 1280 - 48 - 16;
+/// The search stops when the largest size that passes and the smallest that does not are
+/// this close.
+const PMTU_STEP: usize = 16;
+/// Losses of one probe size in a row that show the path does not carry it.
+const PMTU_LOSSES: u8 = 2;
+/// A probe with no verdict after this long is forgotten (the link fell silent).
+const PMTU_PROBE_MAX_AGE: Duration = Duration::from_secs(3);
+
+/// Path MTU discovery without ICMP (RFC 8899's datagram PLPMTUD, as mud does it): a
+/// link's own direction is probed with datagrams of PADDING of a chosen size. While no
+/// size has failed, the link sends up to its limit ([`Link::max_datagram`]'s
+/// configured and announced one); once one has, only what was acknowledged.
+#[derive(Debug)]
+pub(crate) struct PathMtu {
+    /// Largest datagram acknowledged on this path.
+    confirmed: usize,
+    /// Smallest probe size lost `PMTU_LOSSES` times in a row: the path does not carry it.
+    ceiling: Option<usize>,
+    /// The probe in flight: its size, packet number and send time.
+    in_flight: Option<(usize, u64, Instant)>,
+    /// Losses in a row of probes of the size probed last.
+    losses: (usize, u8),
+}
+
+impl PathMtu {
+    fn new() -> Self {
+        Self {
+            confirmed: PMTU_BASE,
+            ceiling: None,
+            in_flight: None,
+            losses: (0, 0),
+        }
+    }
+
+    /// The largest datagram to send under `limit`: all of it until a size failed, then
+    /// what was acknowledged.
+    fn usable(&self, limit: usize) -> usize {
+        match self.ceiling {
+            Some(_) => limit.min(self.confirmed),
+            None => limit,
+        }
+    }
+
+    /// The size to probe next under `limit`, if the search is not over: the limit itself
+    /// first, then halfway between what passed and what did not.
+    fn next_probe(&self, limit: usize) -> Option<usize> {
+        if self.in_flight.is_some() || self.confirmed >= limit {
+            return None;
+        }
+        match self.ceiling {
+            None => Some(limit),
+            Some(c) if c.min(limit + 1) > self.confirmed + PMTU_STEP => {
+                Some((self.confirmed + c.min(limit + 1)) / 2)
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// A datagram of `size` bytes was acknowledged.
+    fn on_acked(&mut self, pn: u64, size: usize) {
+        self.confirmed = self.confirmed.max(size);
+        if self.in_flight.is_some_and(|(_, p, _)| p == pn) {
+            self.in_flight = None;
+            self.losses = (0, 0);
+        }
+    }
+
+    /// Packet `pn` was declared lost.
+    fn on_lost(&mut self, pn: u64) {
+        let Some((size, p, _)) = self.in_flight else {
+            return;
+        };
+        if p != pn {
+            return;
+        }
+        self.in_flight = None;
+        let n = if self.losses.0 == size {
+            self.losses.1 + 1
+        } else {
+            1
+        };
+        self.losses = (size, n);
+        if n >= PMTU_LOSSES {
+            self.ceiling = Some(self.ceiling.map_or(size, |c| c.min(size)));
+            self.losses = (0, 0);
+        }
+    }
+}
+
 /// One link's full state.
 #[derive(Debug)]
 pub(crate) struct Link {
@@ -562,6 +654,8 @@ pub(crate) struct Link {
     pub(crate) announce: bool,
     /// The largest datagram the peer takes whole on this link (its LINK_MTU frames).
     pub(crate) peer_max_datagram: Option<usize>,
+    /// What this link's path carries, as probed.
+    pmtu: PathMtu,
     pub(crate) stats: LinkStats,
     /// Slot of the latest datagram handed to the driver (after `now` when it was bound
     /// ahead of its slot).
@@ -656,6 +750,7 @@ impl Link {
             suspect_since: now,
             announce: false,
             peer_max_datagram: None,
+            pmtu: PathMtu::new(),
             stats: LinkStats::default(),
             last_slot: Instant::ZERO,
             loss_rate: 0.0,
@@ -693,12 +788,54 @@ impl Link {
     }
 
     /// The largest datagram this link carries whole: the smaller of this end's limit
-    /// ([`crate::LinkConfig::max_datagram`]) and the peer's (LINK_MTU).
+    /// ([`crate::LinkConfig::max_datagram`]) and the peer's (LINK_MTU), and what its path
+    /// was found to carry ([`PathMtu`]).
     pub(crate) fn max_datagram(&self) -> Option<usize> {
+        self.limit().map(|l| self.pmtu.usable(l))
+    }
+
+    /// The smaller of this end's limit and the peer's.
+    fn limit(&self) -> Option<usize> {
         match (self.config.max_datagram, self.peer_max_datagram) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The size of a path MTU probe due now, if one is: the link is up, has a limit, and
+    /// its search is not over. A probe with no verdict for long is forgotten first.
+    pub(crate) fn pmtu_probe_due(&mut self, now: Instant) -> Option<usize> {
+        if self
+            .pmtu
+            .in_flight
+            .is_some_and(|(_, _, at)| now.saturating_duration_since(at) > PMTU_PROBE_MAX_AGE)
+        {
+            self.pmtu.in_flight = None;
+        }
+        if self.state != LinkState::Up {
+            return None;
+        }
+        self.pmtu.next_probe(self.limit()?)
+    }
+
+    /// Whether the link's size is settled: no size failed, or the search for it is over.
+    /// (While it goes on, the size acknowledged so far may be far below the path's: it
+    /// is no figure to tell a sender, whose kernel keeps it for minutes.)
+    pub(crate) fn pmtu_settled(&self) -> bool {
+        self.pmtu.ceiling.is_none()
+            || self
+                .limit()
+                .is_none_or(|l| self.pmtu.in_flight.is_none() && self.pmtu.next_probe(l).is_none())
+    }
+
+    /// The datagram sent last was a path MTU probe of `size` bytes.
+    pub(crate) fn pmtu_probe_sent(&mut self, now: Instant, size: usize) {
+        self.pmtu.in_flight = Some((size, self.next_pn - 1, now));
+    }
+
+    /// The link's limit or its path changed: the search starts over.
+    pub(crate) fn pmtu_restart(&mut self) {
+        self.pmtu = PathMtu::new();
     }
 
     /// The loss rate, forgotten over [`LOSS_MEMORY`] since it was last updated.
@@ -786,6 +923,7 @@ impl Link {
         self.last_sampled = None;
         self.path_since = now;
         self.reset_rate_control(now, initial_rtt);
+        self.pmtu_restart();
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.
@@ -983,6 +1121,7 @@ impl Link {
                 let Some(p) = slot.take() else {
                     continue;
                 };
+                self.pmtu.on_acked(pn, p.size);
                 if let Some((from, acked)) = p.ack {
                     self.rx.confirm(from, acked);
                 }
@@ -1088,6 +1227,7 @@ impl Link {
             };
             if is_lost {
                 let p = slot.take().expect("checked Some");
+                self.pmtu.on_lost(pn);
                 if p.eliciting {
                     self.in_flight -= 1;
                     self.bytes_in_flight -= p.size;
