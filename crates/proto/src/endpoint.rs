@@ -227,7 +227,7 @@ pub struct EndpointStats {
     pub too_big_signalled: u64,
     /// Copies of redundant packets not sent: no link left for them carried them whole.
     pub redundant_copies_too_big: u64,
-    /// Path MTU probes sent (3.8).
+    /// Path MTU probes sent (4.2).
     pub pmtu_probes_sent: u64,
     /// LOSS_REPORT frames sent.
     pub loss_reports_sent: u64,
@@ -1258,7 +1258,7 @@ impl Endpoint {
             return None;
         }
         for i in 0..self.links.len() {
-            // A path MTU probe (3.8): PADDING to the size probed, not ack-eliciting (its
+            // A path MTU probe (4.2): PADDING to the size probed, not ack-eliciting (its
             // loss must not make the link suspect); a PING right after it brings the ACK
             // that tells whether it came.
             if let Some(size) = self.links[i].pmtu_probe_due(now) {

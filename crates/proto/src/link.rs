@@ -509,8 +509,9 @@ const PMTU_LOSSES: u8 = 2;
 /// A probe with no verdict after this long is forgotten (the link fell silent).
 const PMTU_PROBE_MAX_AGE: Duration = Duration::from_secs(3);
 
-/// Path MTU discovery without ICMP (RFC 8899's datagram PLPMTUD, as mud does it): a
-/// link's own direction is probed with datagrams of PADDING of a chosen size. While no
+/// Path MTU discovery without ICMP (RFC 8899's datagram PLPMTUD, as mud does it;
+/// `docs/protocol.md` 4.2): a link's own direction is probed with datagrams of PADDING of
+/// a chosen size. While no
 /// size has failed, the link sends up to its limit ([`Link::max_datagram`]'s
 /// configured and announced one); once one has, only what was acknowledged.
 #[derive(Debug)]
