@@ -508,6 +508,9 @@ const PMTU_STEP: usize = 16;
 const PMTU_LOSSES: u8 = 2;
 /// A probe with no verdict after this long is forgotten (the link fell silent).
 const PMTU_PROBE_MAX_AGE: Duration = Duration::from_secs(3);
+/// How long after a search ends the size that failed is tried again, in case the path
+/// grew (RFC 8899 5.1.1, PMTU_RAISE_TIMER).
+const PMTU_RAISE_AFTER: Duration = Duration::from_secs(600);
 
 /// Path MTU discovery without ICMP (RFC 8899's datagram PLPMTUD, as mud does it;
 /// `docs/protocol.md` 4.2): a link's own direction is probed with datagrams of PADDING of
@@ -524,6 +527,8 @@ pub(crate) struct PathMtu {
     in_flight: Option<(usize, u64, Instant)>,
     /// Losses in a row of probes of the size probed last.
     losses: (usize, u8),
+    /// When the search that ended tries the failed size again.
+    raise_at: Option<Instant>,
 }
 
 impl PathMtu {
@@ -533,6 +538,7 @@ impl PathMtu {
             ceiling: None,
             in_flight: None,
             losses: (0, 0),
+            raise_at: None,
         }
     }
 
@@ -563,6 +569,10 @@ impl PathMtu {
     /// A datagram of `size` bytes was acknowledged.
     fn on_acked(&mut self, pn: u64, size: usize) {
         self.confirmed = self.confirmed.max(size);
+        if self.ceiling.is_some_and(|c| self.confirmed >= c) {
+            // The size that failed passes now (the path grew): up to the limit again.
+            self.ceiling = None;
+        }
         if self.in_flight.is_some_and(|(_, p, _)| p == pn) {
             self.in_flight = None;
             self.losses = (0, 0);
@@ -816,7 +826,23 @@ impl Link {
         if self.state != LinkState::Up {
             return None;
         }
-        self.pmtu.next_probe(self.limit()?)
+        let limit = self.limit()?;
+        let next = self.pmtu.next_probe(limit);
+        match (next, self.pmtu.ceiling) {
+            (None, Some(c)) if self.pmtu.in_flight.is_none() => {
+                // The search is over: the failed size is tried again after a while.
+                match self.pmtu.raise_at {
+                    None => self.pmtu.raise_at = Some(now + PMTU_RAISE_AFTER),
+                    Some(at) if now >= at => {
+                        self.pmtu.raise_at = None;
+                        return Some(c.min(limit));
+                    }
+                    Some(_) => {}
+                }
+                None
+            }
+            _ => next,
+        }
     }
 
     /// Whether the link's size is settled: no size failed, or the search for it is over.

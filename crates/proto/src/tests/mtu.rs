@@ -462,3 +462,33 @@ fn a_busy_link_whose_path_drops_large_datagrams_stops_getting_them() {
         .count();
     assert!(small_on_1 > 1000, "{small_on_1}");
 }
+
+#[test]
+fn a_path_that_grows_again_is_found_ten_minutes_after_the_search() {
+    // Link 1's path drops the client's datagrams over 1300 bytes for its first 10 s
+    // only. The search caps the link; ten minutes after it ended, the size that failed is
+    // tried again, passes, and the link takes its whole limit again.
+    let spec = LinkSpec {
+        config: LinkConfig {
+            max_datagram: Some(MAX),
+            ..LinkConfig::default()
+        },
+        ..LinkSpec::new(ms(10)).rate_bps(10e6)
+    };
+    let mut p = PairBuilder::new()
+        .link(spec.clone())
+        .link(spec)
+        .config(|c| c.rate_control = false)
+        .drop_fn(Box::new(|d| {
+            d.from == Side::Client
+                && d.link.0 == 1
+                && d.bytes.len() > 1300
+                && d.time < at_ms(10_000)
+        }))
+        .build();
+    p.drive_until(at_ms(300_000));
+    let capped = p.view(Side::Client, 1).max_datagram;
+    assert!((1284..=1300).contains(&capped), "{capped}");
+    p.drive_until(at_ms(640_000));
+    assert_eq!(p.view(Side::Client, 1).max_datagram, MAX);
+}
