@@ -500,7 +500,7 @@ impl LinkView {
 
 /// The smallest datagram every path carries, bytes before the AEAD tag: IPv6's minimum
 /// MTU (1280) less the IPv6 and UDP headers and the tag. The search below starts there.
-pub(crate) const PMTU_BASE: usize = 1280 - 48 - 16;
+const PMTU_BASE: usize = 1280 - 48 - 16;
 /// The search stops when the largest size that passes and the smallest that does not are
 /// this close.
 const PMTU_STEP: usize = 16;
@@ -557,11 +557,10 @@ impl PathMtu {
         if self.in_flight.is_some() || self.confirmed >= limit {
             return None;
         }
-        match self.ceiling {
+        // The smallest size not known to pass: the one that failed, or one over the limit.
+        match self.ceiling.map(|c| c.min(limit + 1)) {
             None => Some(limit),
-            Some(c) if c.min(limit + 1) > self.confirmed + PMTU_STEP => {
-                Some((self.confirmed + c.min(limit + 1)) / 2)
-            }
+            Some(up) if up > self.confirmed + PMTU_STEP => Some((self.confirmed + up) / 2),
             Some(_) => None,
         }
     }

@@ -251,21 +251,25 @@ pub fn smallest_datagram(links: &[LinkView]) -> usize {
 /// have to fragment it are hidden (shown down, in `scratch`), so that a packet goes only
 /// where it travels whole (a link's path MTU smaller than the tunnel's), or waits for
 /// such a link that is suspect. When no link that is not down carries it whole, every
-/// link is offered as it is: the packet then leaves fragmented rather than not at all. `smallest` is [`smallest_datagram`] of `links`; the common
-/// case (the packet fits every link) costs one comparison and no copy.
+/// link is offered as it is: the packet then leaves fragmented rather than not at all.
+/// `smallest` is [`smallest_datagram`] of `links`; the common case (the packet fits
+/// every link) costs one comparison and no copy.
 pub fn links_that_carry<'a>(
     links: &'a [LinkView],
     len: usize,
     smallest: usize,
     scratch: &'a mut Vec<LinkView>,
 ) -> &'a [LinkView] {
-    if len <= smallest || !carried_whole(links, len) {
+    if len <= smallest {
         return links;
     }
     scratch.clear();
     scratch.extend_from_slice(links);
-    hide_links_too_small(scratch, len);
-    scratch
+    if hide_links_too_small(scratch, len) {
+        scratch
+    } else {
+        links
+    }
 }
 
 /// Whether a link that is not down carries a datagram of `len` bytes whole. (A suspect

@@ -399,6 +399,15 @@ fn a_path_that_drops_large_datagrams_is_found_by_probing() {
     // keepalive rounds; link 0 keeps its full size.
     for hole in [1400, 1300, 1230] {
         let mut p = black_hole(hole);
+        // When the size is found (printed with --nocapture; docs/RESULTS.md 12 gives it).
+        let within = |f: usize| f <= hole && f + 16 >= hole;
+        let mut t = 0;
+        while t < 15_000 && !within(p.view(Side::Client, 1).max_datagram) {
+            t += 50;
+            p.drive_until(at_ms(t));
+        }
+        let probes = p.client.stats().pmtu_probes_sent;
+        eprintln!("path of {hole} B: found within {t} ms, {probes} probes");
         p.drive_until(at_ms(15_000));
         let found = p.view(Side::Client, 1).max_datagram;
         assert!(found <= hole && found + 16 >= hole, "{hole}: {found}");
