@@ -6,6 +6,7 @@
 #
 # Usage: sudo scripts/bench-tunnel.sh [SECONDS]
 # BENCH_CONF="rate_control = false" adds its lines to both daemons' main sections.
+# BENCH_REVERSE=1 measures downloads (server to client: iperf3 -R) instead of uploads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -19,10 +20,11 @@ tunnel_net lbb 3 20
 tunnel_start 2 20 "${BENCH_CONF:-}"
 ip netns exec "$S" iperf3 -s -D -1 -B 198.18.22.1 >/dev/null
 sleep 0.3
-plain=$(ip netns exec "$C" iperf3 -c 198.18.22.1 -t "$secs" -J | awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}')
+dirflag=""; [ -n "${BENCH_REVERSE:-}" ] && dirflag=-R
+plain=$(ip netns exec "$C" iperf3 -c 198.18.22.1 $dirflag -t "$secs" -J | awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}')
 ip netns exec "$S" iperf3 -s -D -1 -B 10.77.0.1 >/dev/null
 sleep 0.3
-tunnel=$(ip netns exec "$C" iperf3 -c 10.77.0.1 -t "$secs" -J | awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}')
+tunnel=$(ip netns exec "$C" iperf3 -c 10.77.0.1 $dirflag -t "$secs" -J | awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}')
 awk -v p="$plain" -v t="$tunnel" 'BEGIN {
   printf "plain veth (one link):            %8.0f Mbit/s\n", p / 1e6
   printf "latebind, 2 veth links, encrypted: %8.0f Mbit/s\n", t / 1e6

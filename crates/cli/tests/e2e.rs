@@ -948,6 +948,67 @@ fn transfer_over_link_b_alone(net: &Net) {
     eprintln!("4 MiB over link b in {took:?}");
 }
 
+/// Packets the TUN device `dev` in namespace `ns` counted in direction `dir` (`rx`: what
+/// the daemon wrote to the kernel, `tx`: what the kernel handed the daemon), one per
+/// segment the kernel handled, however many packets it held.
+fn tun_packets(ns: &str, dev: &str, dir: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "-s", "link", "show", "dev", dev])
+        .output()
+        .expect("ip");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    v[0]["stats64"][dir]["packets"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{dev} in {ns}: no {dir} packets in {v}"))
+}
+
+/// With the TUN offloads (the default), a bulk TCP flow crosses each end's kernel in
+/// segments of many packets: the client's kernel hands its TUN device TSO segments of up
+/// to 64 KB, which the daemon splits into packets for the engine, and the server's daemon
+/// writes the packets of a flow that one round of its loop delivers as one segment. The
+/// bytes arrive intact either way. Without them (`tun_offload = false`), one packet per
+/// read and per write.
+#[test]
+fn a_bulk_transfer_crosses_each_kernel_in_segments_of_many_packets() {
+    if !root_or_skip("a_bulk_transfer_crosses_each_kernel_in_segments_of_many_packets") {
+        return;
+    }
+    for offload in [true, false] {
+        let mut net = Net::new();
+        let client_key = Net::key();
+        let extra = if offload { "" } else { "tun_offload = false\n" };
+        net.start_with(&client_key, &client_key.1.clone(), extra);
+        net.wait_established();
+        let st = net.status("client");
+        assert_eq!(st["tun_offload"], offload, "{st}");
+        assert_eq!(net.status("server")["tun_offload"], offload);
+        // The inner TCP's segments: the TUN MTU less 52 bytes of headers (timestamps on).
+        let mss = st["mtu"].as_u64().unwrap() - 52;
+        let bytes = 8 << 20;
+        let segments = bytes as u64 / mss;
+        let read0 = tun_packets(&net.client_ns, "lb0", "tx");
+        let written0 = tun_packets(&net.server_ns, "lbs0", "rx");
+        let (got, took) = tcp_transfer(&net, bytes, || {});
+        assert_eq!(got, bytes, "{}", net.report());
+        let read = tun_packets(&net.client_ns, "lb0", "tx") - read0;
+        let written = tun_packets(&net.server_ns, "lbs0", "rx") - written0;
+        eprintln!(
+            "offload {offload}: 8 MiB in {took:?}, {segments} segments of {mss} B: the client read \
+             {read} times, the server wrote {written} times"
+        );
+        if offload {
+            assert!(read < segments / 2, "client read {read} for {segments}");
+            assert!(
+                written < segments / 2,
+                "server wrote {written} for {segments}"
+            );
+        } else {
+            assert!(read >= segments, "client read {read} for {segments}");
+            assert!(written >= segments, "server wrote {written} for {segments}");
+        }
+    }
+}
+
 #[test]
 fn forged_garbage_and_wrong_key_dropped_and_counted_tunnel_keeps_working() {
     if !root_or_skip("forged_garbage_and_wrong_key_dropped_and_counted_tunnel_keeps_working") {

@@ -162,9 +162,15 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     let mut mtu = c
         .mtu
         .unwrap_or_else(|| tun_mtu(link_mtus.iter().copied().zip(servers.iter().copied())));
-    let tun = Tun::open(&c.tun, cfg.address.0, cfg.address.1, mtu)
-        .with_context(|| format!("creating TUN device {}", c.tun))?;
-    tracing::info!(tun = tun.name(), mtu, "tun up");
+    let mut tun = Tun::open(
+        &c.tun,
+        cfg.address.0,
+        cfg.address.1,
+        mtu,
+        c.tun_offload.unwrap_or(true),
+    )
+    .with_context(|| format!("creating TUN device {}", c.tun))?;
+    tracing::info!(tun = tun.name(), mtu, offload = tun.offload(), "tun up");
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     if opts.routes {
         for (net, prefix) in &cfg.routes {
@@ -268,7 +274,6 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     let silent_after = session.engine.config().keepalive_interval * SILENT_KEEPALIVES;
     let mut ready = Vec::<Ready>::new();
     let mut net_events = Vec::new();
-    let mut tunbuf = vec![0u8; 65536];
     let mut rxbuf = vec![0u8; 65536];
     tracing::info!(
         session = format!("{:08x}", session.engine.config().session),
@@ -340,8 +345,11 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         };
         session.pump(t, &mut io, |p| {
             clamp_mss(p, max_mss);
-            tun.send(p).is_ok()
+            tun.queue(p).is_ok()
         });
+        if let Err(e) = tun.flush() {
+            tracing::debug!(%e, "writing to the tun device");
+        }
         let mut deadline = session.poll_timeout().map(|i| i.as_nanos());
         if let Some((_, at)) = &handshake {
             let retry = (*at + HANDSHAKE_RETRY).as_nanos();
@@ -381,14 +389,17 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     }
                 }
                 TOKEN_TUN => loop {
-                    match tun.recv(&mut tunbuf) {
-                        Ok(n) => {
-                            t = now();
-                            let p = &mut tunbuf[..n];
-                            clamp_mss(p, max_mss);
-                            let _ = session.engine.handle_tun_packet(t, p);
-                        }
+                    t = now();
+                    let r = tun.recv_each(|p| {
+                        clamp_mss(p, max_mss);
+                        let _ = session.engine.handle_tun_packet(t, p);
+                    });
+                    match r {
+                        Ok(_) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.raw_os_error().is_none() => {
+                            tracing::debug!(%e, "dropped a segment the tun device handed over");
+                        }
                         Err(e) => bail!("reading {}: {e}", tun.name()),
                     }
                 },
@@ -463,7 +474,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     }
                 }
                 TOKEN_CONTROL | TOKEN_METRICS => {
-                    let mut status = client_status(&session, &links, tun.name(), mtu, started, t);
+                    let mut status = client_status(&session, &links, &tun, mtu, started, t);
                     status.dispatch = stage.as_ref().map(DispatchStage::status);
                     if r.token == TOKEN_CONTROL {
                         control.serve_status(&serde_json::to_string(&status)?);
@@ -631,7 +642,7 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
 fn client_status(
     session: &Session,
     links: &[ClientLink],
-    tun: &str,
+    tun: &Tun,
     mtu: u16,
     started: u64,
     t: Instant,
@@ -643,8 +654,9 @@ fn client_status(
     };
     Status {
         role: "client".into(),
-        tun: tun.into(),
+        tun: tun.name().into(),
         mtu,
+        tun_offload: tun.offload(),
         uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
         sessions: vec![{
             let mut st = SessionStatus::new("server", session, t, &names);

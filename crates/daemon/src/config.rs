@@ -75,6 +75,10 @@ pub struct ClientSection {
     pub address: String,
     /// TUN MTU; default: the smallest link MTU minus the tunnel's overhead.
     pub mtu: Option<u16>,
+    /// The kernel's segmentation and checksum offloads on the TUN device: a TCP flow's
+    /// data crosses the kernel in segments of up to 64 KB (docs/RESULTS.md 5). Default
+    /// true; without kernel support the device runs without them.
+    pub tun_offload: Option<bool>,
     /// Routes through the tunnel, installed with `--routes` (e.g. `0.0.0.0/1`).
     #[serde(default)]
     pub routes: Vec<String>,
@@ -233,6 +237,9 @@ pub struct ServerSection {
     pub address: String,
     /// TUN MTU. Default 1400.
     pub mtu: Option<u16>,
+    /// The kernel's segmentation and checksum offloads on the TUN device, as in
+    /// `[client]`. Default true.
+    pub tun_offload: Option<bool>,
     /// Control socket. Default `/run/latebind/server.sock`.
     pub control_socket: Option<PathBuf>,
     /// Address of the Prometheus text endpoint; off when absent.

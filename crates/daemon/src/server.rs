@@ -60,8 +60,14 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let mut poller = Poller::new().context("epoll")?;
     let started = monotonic_ns();
     let mtu = s.mtu.unwrap_or(1400);
-    let tun = Tun::open(&s.tun, cfg.address.0, cfg.address.1, mtu)
-        .with_context(|| format!("creating TUN device {}", s.tun))?;
+    let mut tun = Tun::open(
+        &s.tun,
+        cfg.address.0,
+        cfg.address.1,
+        mtu,
+        s.tun_offload.unwrap_or(true),
+    )
+    .with_context(|| format!("creating TUN device {}", s.tun))?;
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     let mut sockets = Vec::new();
     for (i, addr) in s.listen.iter().enumerate() {
@@ -119,7 +125,6 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
-    let mut tunbuf = vec![0u8; 65536];
     let mut rxbuf = vec![0u8; 65536];
     tracing::info!(tun = tun.name(), mtu, peers = peers.len(), "server started");
 
@@ -147,9 +152,12 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                         return false;
                     }
                     clamp_mss(p, max_mss);
-                    tun.send(p).is_ok()
+                    tun.queue(p).is_ok()
                 },
             );
+        }
+        if let Err(e) = tun.flush() {
+            tracing::debug!(%e, "writing to the tun device");
         }
         let deadline = clients
             .values()
@@ -187,29 +195,32 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                     }
                 }
                 TOKEN_TUN => loop {
-                    match tun.recv(&mut tunbuf) {
-                        Ok(n) => {
-                            t = now();
-                            let p = &mut tunbuf[..n];
-                            let Some((_, dst)) = ipv4_addrs(p) else {
-                                // Clients have IPv4 virtual addresses only.
-                                drops.no_client_for_destination += 1;
-                                continue;
-                            };
-                            match by_address.get(&dst).and_then(|id| clients.get_mut(id)) {
-                                Some(c) => {
-                                    clamp_mss(p, max_mss);
-                                    let _ = c.session.engine.handle_tun_packet(t, p);
-                                }
-                                None => drops.no_client_for_destination += 1,
+                    t = now();
+                    let r = tun.recv_each(|p| {
+                        let Some((_, dst)) = ipv4_addrs(p) else {
+                            // Clients have IPv4 virtual addresses only.
+                            drops.no_client_for_destination += 1;
+                            return;
+                        };
+                        match by_address.get(&dst).and_then(|id| clients.get_mut(id)) {
+                            Some(c) => {
+                                clamp_mss(p, max_mss);
+                                let _ = c.session.engine.handle_tun_packet(t, p);
                             }
+                            None => drops.no_client_for_destination += 1,
                         }
+                    });
+                    match r {
+                        Ok(_) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.raw_os_error().is_none() => {
+                            tracing::debug!(%e, "dropped a segment the tun device handed over");
+                        }
                         Err(e) => bail!("reading {}: {e}", tun.name()),
                     }
                 },
                 TOKEN_CONTROL | TOKEN_METRICS => {
-                    let mut status = server_status(&clients, tun.name(), mtu, started, t, drops);
+                    let mut status = server_status(&clients, &tun, mtu, started, t, drops);
                     status.dispatch = stage.as_ref().map(DispatchStage::status);
                     if r.token == TOKEN_CONTROL {
                         control.serve_status(&serde_json::to_string(&status)?);
@@ -434,7 +445,7 @@ impl HandshakeBudget {
 
 fn server_status(
     clients: &HashMap<u32, Client>,
-    tun: &str,
+    tun: &Tun,
     mtu: u16,
     started: u64,
     t: Instant,
@@ -444,8 +455,9 @@ fn server_status(
     ids.sort_unstable();
     Status {
         role: "server".into(),
-        tun: tun.into(),
+        tun: tun.name().into(),
         mtu,
+        tun_offload: tun.offload(),
         uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
         sessions: ids
             .into_iter()

@@ -263,6 +263,9 @@ pub struct Status {
     pub tun: String,
     /// TUN MTU.
     pub mtu: u16,
+    /// Whether the TUN device runs with the kernel's segmentation offloads (`tun_offload`).
+    #[serde(default)]
+    pub tun_offload: bool,
     /// Seconds since start.
     pub uptime_s: f64,
     /// Sessions.
@@ -414,8 +417,12 @@ impl Status {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} on {} (mtu {}), up {:.0} s",
-            self.role, self.tun, self.mtu, self.uptime_s
+            "{} on {} (mtu {}{}), up {:.0} s",
+            self.role,
+            self.tun,
+            self.mtu,
+            if self.tun_offload { ", offloads" } else { "" },
+            self.uptime_s
         );
         for ses in &self.sessions {
             let _ = writeln!(

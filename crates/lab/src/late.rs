@@ -23,6 +23,7 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
+//!   `tun_offload` goes into both files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
@@ -90,6 +91,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         spec.late.rate_control_max_queue_ms
     )?;
     writeln!(engine, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
+    writeln!(engine, "tun_offload = {}", spec.late.tun_offload)?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;
     writeln!(server, "[server]")?;

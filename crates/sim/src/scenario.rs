@@ -259,6 +259,10 @@ pub struct LateKnobs {
     /// datagrams; none by default.
     #[serde(default)]
     pub pacing_rate_mbps: Option<f64>,
+    /// Lab only: the daemons' TUN devices with the kernel's segmentation offloads
+    /// (`tun_offload`). Default true.
+    #[serde(default = "yes")]
+    pub tun_offload: bool,
 }
 
 fn default_dispatch_horizon_us() -> f64 {
@@ -438,6 +442,7 @@ impl Default for LateKnobs {
             dispatch_horizon_us: default_dispatch_horizon_us(),
             dispatch_rt_priority: None,
             pacing_rate_mbps: None,
+            tun_offload: true,
         }
     }
 }
