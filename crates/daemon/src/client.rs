@@ -345,7 +345,9 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
         };
         session.pump(t, &mut io, |p| {
             clamp_mss(p, max_mss);
-            tun.queue(p).is_ok()
+            // A write the device refuses is counted there (`tun_write_errors`).
+            let _ = tun.queue(p);
+            true
         });
         if let Err(e) = tun.flush() {
             tracing::debug!(%e, "writing to the tun device");
@@ -657,6 +659,7 @@ fn client_status(
         tun: tun.name().into(),
         mtu,
         tun_offload: tun.offload(),
+        tun_write_errors: tun.write_errors(),
         uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
         sessions: vec![{
             let mut st = SessionStatus::new("server", session, t, &names);

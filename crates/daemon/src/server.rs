@@ -152,7 +152,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                         return false;
                     }
                     clamp_mss(p, max_mss);
-                    tun.queue(p).is_ok()
+                    // A write the device refuses is counted there (`tun_write_errors`).
+                    let _ = tun.queue(p);
+                    true
                 },
             );
         }
@@ -458,6 +460,7 @@ fn server_status(
         tun: tun.name().into(),
         mtu,
         tun_offload: tun.offload(),
+        tun_write_errors: tun.write_errors(),
         uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
         sessions: ids
             .into_iter()

@@ -278,6 +278,9 @@ pub struct Status {
     /// (server; not IPv4, or an address no peer has).
     #[serde(default)]
     pub no_client_for_destination: u64,
+    /// Packets (with the TUN offloads: coalesced batches) the TUN device refused.
+    #[serde(default)]
+    pub tun_write_errors: u64,
     /// The dispatch stage's counters, when it is on.
     #[serde(default)]
     pub dispatch: Option<DispatchStatus>,
@@ -573,8 +576,11 @@ impl Status {
         }
         let _ = writeln!(
             s,
-            "handshakes rejected {}  unknown session {}  no client for destination {}",
-            self.handshakes_rejected, self.unknown_session, self.no_client_for_destination
+            "handshakes rejected {}  unknown session {}  no client for destination {}  tun write errors {}",
+            self.handshakes_rejected,
+            self.unknown_session,
+            self.no_client_for_destination,
+            self.tun_write_errors
         );
         s
     }
@@ -597,6 +603,11 @@ impl Status {
             s,
             "latebind_no_client_for_destination_total {}",
             self.no_client_for_destination
+        );
+        let _ = writeln!(
+            s,
+            "latebind_tun_write_errors_total {}",
+            self.tun_write_errors
         );
         if let Some(d) = &self.dispatch {
             for (k, v) in [

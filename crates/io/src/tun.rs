@@ -35,6 +35,7 @@ pub struct Tun {
     out: Vec<Vec<u8>>,
     out_len: usize,
     gro: GROTable,
+    write_errors: u64,
 }
 
 impl Tun {
@@ -77,12 +78,19 @@ impl Tun {
             out: Vec::new(),
             out_len: 0,
             gro: GROTable::default(),
+            write_errors: 0,
         })
     }
 
     /// The interface name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Writes the kernel refused (a full device queue, the device gone): the packets
+    /// are lost.
+    pub fn write_errors(&self) -> u64 {
+        self.write_errors
     }
 
     /// Whether the device runs with the kernel's offloads.
@@ -122,7 +130,9 @@ impl Tun {
     /// packets of its flow queued beside it.
     pub fn queue(&mut self, packet: &[u8]) -> io::Result<()> {
         if !self.offload {
-            return self.dev.send(packet).map(drop);
+            let r = self.dev.send(packet).map(drop);
+            self.write_errors += u64::from(r.is_err());
+            return r;
         }
         if self.out_len == self.out.len() {
             // Room for a coalesced 64 KB segment: the GRO table does not grow a buffer
@@ -141,8 +151,8 @@ impl Tun {
         Ok(())
     }
 
-    /// Writes the packets [`Tun::queue`] holds. An error is the last write's that failed;
-    /// the others were written.
+    /// Writes the packets [`Tun::queue`] holds. An error is the last write's that failed
+    /// (counted once in [`Tun::write_errors`]); the others were written.
     pub fn flush(&mut self) -> io::Result<()> {
         if self.out_len == 0 {
             return Ok(());
@@ -151,6 +161,7 @@ impl Tun {
         let r = self
             .dev
             .send_multiple(&mut self.gro, &mut self.out[..n], VIRTIO_NET_HDR_LEN);
+        self.write_errors += u64::from(r.is_err());
         r.map(drop)
     }
 }
