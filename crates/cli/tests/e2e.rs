@@ -365,8 +365,30 @@ fn pattern(i: usize) -> u8 {
 /// bytes received, checked byte for byte, and the elapsed time. `during` runs while the
 /// transfer is under way.
 fn tcp_transfer(net: &Net, bytes: usize, during: impl FnOnce()) -> (usize, Duration) {
-    let listener = Net::in_ns(&net.server_ns, move || {
-        let l = TcpListener::bind("10.77.0.1:5001").unwrap();
+    tcp_transfer_towards(net, Towards::Server, bytes, during)
+}
+
+/// Which end of the tunnel receives a transfer.
+#[derive(Clone, Copy)]
+enum Towards {
+    Server,
+    Client,
+}
+
+/// [`tcp_transfer`] towards either end: the receiver listens on its tunnel address, the
+/// sender connects from the other end.
+fn tcp_transfer_towards(
+    net: &Net,
+    towards: Towards,
+    bytes: usize,
+    during: impl FnOnce(),
+) -> (usize, Duration) {
+    let (rx_ns, tx_ns, addr) = match towards {
+        Towards::Server => (&net.server_ns, &net.client_ns, "10.77.0.1:5001"),
+        Towards::Client => (&net.client_ns, &net.server_ns, "10.77.0.2:5001"),
+    };
+    let listener = Net::in_ns(rx_ns, move || {
+        let l = TcpListener::bind(addr).unwrap();
         let (mut s, _) = l.accept().unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut got = 0usize;
@@ -385,10 +407,9 @@ fn tcp_transfer(net: &Net, bytes: usize, during: impl FnOnce()) -> (usize, Durat
     });
     std::thread::sleep(Duration::from_millis(100));
     let start = Instant::now();
-    let sender = Net::in_ns(&net.client_ns, move || {
+    let sender = Net::in_ns(tx_ns, move || {
         let mut s =
-            TcpStream::connect_timeout(&"10.77.0.1:5001".parse().unwrap(), Duration::from_secs(5))
-                .unwrap();
+            TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(5)).unwrap();
         // A transfer that stalls fails instead of blocking the test for TCP's whole
         // retransmission schedule.
         s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -963,11 +984,11 @@ fn tun_packets(ns: &str, dev: &str, dir: &str) -> u64 {
 }
 
 /// With the TUN offloads (the default), a bulk TCP flow crosses each end's kernel in
-/// segments of many packets: the client's kernel hands its TUN device TSO segments of up
-/// to 64 KB, which the daemon splits into packets for the engine, and the server's daemon
-/// writes the packets of a flow that one round of its loop delivers as one segment. The
-/// bytes arrive intact either way. Without them (`tun_offload = false`), one packet per
-/// read and per write.
+/// segments of many packets, both ways: the sender's kernel hands its TUN device TSO
+/// segments of up to 64 KB, which the daemon splits into packets for the engine, and the
+/// receiver's daemon writes the packets of a flow that one round of its loop delivers as
+/// one segment. The bytes arrive intact either way. Without them (`tun_offload = false`),
+/// one packet per read and per write.
 #[test]
 fn a_bulk_transfer_crosses_each_kernel_in_segments_of_many_packets() {
     if !root_or_skip("a_bulk_transfer_crosses_each_kernel_in_segments_of_many_packets") {
@@ -986,26 +1007,39 @@ fn a_bulk_transfer_crosses_each_kernel_in_segments_of_many_packets() {
         let mss = st["mtu"].as_u64().unwrap() - 52;
         let bytes = 8 << 20;
         let segments = bytes as u64 / mss;
-        let read0 = tun_packets(&net.client_ns, "lb0", "tx");
-        let written0 = tun_packets(&net.server_ns, "lbs0", "rx");
-        let (got, took) = tcp_transfer(&net, bytes, || {});
-        assert_eq!(got, bytes, "{}", net.report());
-        let read = tun_packets(&net.client_ns, "lb0", "tx") - read0;
-        let written = tun_packets(&net.server_ns, "lbs0", "rx") - written0;
-        eprintln!(
-            "offload {offload}: 8 MiB in {took:?}, {segments} segments of {mss} B: the client read \
-             {read} times, the server wrote {written} times"
-        );
-        if offload {
-            assert!(read < segments / 2, "client read {read} for {segments}");
-            assert!(
-                written < segments / 2,
-                "server wrote {written} for {segments}"
+        let client = (net.client_ns.clone(), "lb0");
+        let server = (net.server_ns.clone(), "lbs0");
+        for (towards, (tx_ns, tx_dev), (rx_ns, rx_dev)) in [
+            (Towards::Server, &client, &server),
+            (Towards::Client, &server, &client),
+        ] {
+            let read0 = tun_packets(tx_ns, tx_dev, "tx");
+            let written0 = tun_packets(rx_ns, rx_dev, "rx");
+            let (got, took) = tcp_transfer_towards(&net, towards, bytes, || {});
+            assert_eq!(got, bytes, "{}", net.report());
+            let read = tun_packets(tx_ns, tx_dev, "tx") - read0;
+            let written = tun_packets(rx_ns, rx_dev, "rx") - written0;
+            eprintln!(
+                "offload {offload}: 8 MiB to {rx_dev} in {took:?}, {segments} segments of {mss} B: \
+                 the sender's daemon read {read} times, the receiver's wrote {written} times"
             );
-        } else {
-            assert!(read >= segments, "client read {read} for {segments}");
-            assert!(written >= segments, "server wrote {written} for {segments}");
+            if offload {
+                assert!(read < segments / 2, "{tx_dev}: read {read} for {segments}");
+                assert!(
+                    written < segments / 2,
+                    "{rx_dev}: wrote {written} for {segments}"
+                );
+            } else {
+                assert!(read >= segments, "{tx_dev}: read {read} for {segments}");
+                assert!(
+                    written >= segments,
+                    "{rx_dev}: wrote {written} for {segments}"
+                );
+            }
         }
+        let (c, s) = (net.status("client"), net.status("server"));
+        assert_eq!(c["tun_write_errors"], 0, "{c}");
+        assert_eq!(s["tun_write_errors"], 0, "{s}");
     }
 }
 
