@@ -18,6 +18,11 @@ use tun_rs::{DeviceBuilder, GROTable, IDEAL_BATCH_SIZE, SyncDevice, VIRTIO_NET_H
 /// offloaded read adds its virtio header.
 const READ_BUF: usize = VIRTIO_NET_HDR_LEN + 65535;
 
+/// Most packets written in one batch. Each buffer has room for a coalesced 64 KB
+/// segment, and any may be one: more slots would hold more memory (64 KB each once
+/// used so) for batches that one round of the event loop seldom fills.
+const WRITE_BATCH: usize = 32;
+
 /// A TUN device in non-blocking mode (no packet information header: each packet is one
 /// IP packet).
 pub struct Tun {
@@ -145,7 +150,7 @@ impl Tun {
         b.resize(VIRTIO_NET_HDR_LEN, 0);
         b.extend_from_slice(packet);
         self.out_len += 1;
-        if self.out_len == IDEAL_BATCH_SIZE {
+        if self.out_len == WRITE_BATCH {
             return self.flush();
         }
         Ok(())
