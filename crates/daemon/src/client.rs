@@ -171,6 +171,12 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     )
     .with_context(|| format!("creating TUN device {}", c.tun))?;
     tracing::info!(tun = tun.name(), mtu, offload = tun.offload(), "tun up");
+    if c.tun_offload.unwrap_or(true) && !tun.offload() {
+        tracing::warn!(
+            tun = tun.name(),
+            "the kernel refused the TUN offloads: running without"
+        );
+    }
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     if opts.routes {
         for (net, prefix) in &cfg.routes {

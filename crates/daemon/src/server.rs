@@ -68,6 +68,12 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
         s.tun_offload.unwrap_or(true),
     )
     .with_context(|| format!("creating TUN device {}", s.tun))?;
+    if s.tun_offload.unwrap_or(true) && !tun.offload() {
+        tracing::warn!(
+            tun = tun.name(),
+            "the kernel refused the TUN offloads: running without"
+        );
+    }
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     let mut sockets = Vec::new();
     for (i, addr) in s.listen.iter().enumerate() {
@@ -126,7 +132,13 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
     let mut rxbuf = vec![0u8; 65536];
-    tracing::info!(tun = tun.name(), mtu, peers = peers.len(), "server started");
+    tracing::info!(
+        tun = tun.name(),
+        mtu,
+        offload = tun.offload(),
+        peers = peers.len(),
+        "server started"
+    );
 
     loop {
         let t = now();
