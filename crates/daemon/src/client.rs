@@ -28,7 +28,9 @@ use crate::dispatch::DispatchStage;
 use crate::packet::clamp_mss;
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
-use crate::{max_datagram, overhead, random_bytes, random_u32, run_ip};
+use crate::{
+    flush_tun, max_datagram, open_tun, overhead, random_bytes, random_u32, read_tun, run_ip,
+};
 
 const TOKEN_TUN: u64 = 1;
 const TOKEN_NETLINK: u64 = 2;
@@ -162,21 +164,8 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     let mut mtu = c
         .mtu
         .unwrap_or_else(|| tun_mtu(link_mtus.iter().copied().zip(servers.iter().copied())));
-    let mut tun = Tun::open(
-        &c.tun,
-        cfg.address.0,
-        cfg.address.1,
-        mtu,
-        c.tun_offload.unwrap_or(true),
-    )
-    .with_context(|| format!("creating TUN device {}", c.tun))?;
+    let mut tun = open_tun(&c.tun, cfg.address, mtu, c.tun_offload.unwrap_or(true))?;
     tracing::info!(tun = tun.name(), mtu, offload = tun.offload(), "tun up");
-    if c.tun_offload.unwrap_or(true) && !tun.offload() {
-        tracing::warn!(
-            tun = tun.name(),
-            "the kernel refused the TUN offloads: running without"
-        );
-    }
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     if opts.routes {
         for (net, prefix) in &cfg.routes {
@@ -355,9 +344,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             let _ = tun.queue(p);
             true
         });
-        if let Err(e) = tun.flush() {
-            tracing::debug!(%e, "writing to the tun device");
-        }
+        flush_tun(&mut tun);
         let mut deadline = session.poll_timeout().map(|i| i.as_nanos());
         if let Some((_, at)) = &handshake {
             let retry = (*at + HANDSHAKE_RETRY).as_nanos();
@@ -396,21 +383,12 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                         });
                     }
                 }
-                TOKEN_TUN => loop {
-                    t = now();
-                    let r = tun.recv_each(|p| {
+                TOKEN_TUN => {
+                    t = read_tun(&mut tun, now, |t, p| {
                         clamp_mss(p, max_mss);
                         let _ = session.engine.handle_tun_packet(t, p);
-                    });
-                    match r {
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.raw_os_error().is_none() => {
-                            tracing::debug!(%e, "dropped a segment the tun device handed over");
-                        }
-                        Err(e) => bail!("reading {}: {e}", tun.name()),
-                    }
-                },
+                    })?;
+                }
                 TOKEN_NETLINK => {
                     net_events.clear();
                     // Events were lost: read every interface's state again.

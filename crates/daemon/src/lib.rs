@@ -23,10 +23,54 @@ pub mod server;
 pub mod session;
 pub mod status;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 use anyhow::{Context, Result, bail};
 use latebind_crypto::TAG_LEN;
+use latebind_io::tun::Tun;
+use latebind_proto::Instant;
+
+/// Opens the daemon's TUN device `name` with `address` and `mtu`: with the kernel's
+/// offloads unless `offload` is false, and a warning when the kernel refuses them.
+fn open_tun(name: &str, address: (Ipv4Addr, u8), mtu: u16, offload: bool) -> Result<Tun> {
+    let tun = Tun::open(name, address.0, address.1, mtu, offload)
+        .with_context(|| format!("creating TUN device {name}"))?;
+    if offload && !tun.offload() {
+        tracing::warn!(
+            tun = tun.name(),
+            "the kernel refused the TUN offloads: running without"
+        );
+    }
+    Ok(tun)
+}
+
+/// Reads every packet the TUN device holds and calls `f` with each and the time its read
+/// began; returns the time of the last read. A segment the device handed over that could
+/// not be split is dropped; any other error of the device ends the daemon.
+fn read_tun(
+    tun: &mut Tun,
+    now: fn() -> Instant,
+    mut f: impl FnMut(Instant, &mut [u8]),
+) -> Result<Instant> {
+    loop {
+        let t = now();
+        match tun.recv_each(|p| f(t, p)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(t),
+            Err(e) if e.raw_os_error().is_none() => {
+                tracing::debug!(%e, "dropped a segment the tun device handed over");
+            }
+            Err(e) => bail!("reading {}: {e}", tun.name()),
+        }
+    }
+}
+
+/// Writes what [`Tun::queue`] holds (a refused write is counted by the device).
+fn flush_tun(tun: &mut Tun) {
+    if let Err(e) = tun.flush() {
+        tracing::debug!(%e, "writing to the tun device");
+    }
+}
 
 /// Bytes of the outer IP (IPv4 20, IPv6 40) and UDP (8) headers of a datagram to `peer`
 /// (an IPv4-mapped address on a dual-stack socket travels as IPv4).

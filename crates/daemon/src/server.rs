@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use latebind_crypto::{PublicKey, Responder};
 use latebind_io::clock::monotonic_ns;
 use latebind_io::link::LinkSocket;
@@ -27,7 +27,10 @@ use crate::dispatch::DispatchStage;
 use crate::packet::{clamp_mss, ipv4_addrs};
 use crate::session::{LinkIo, Sent, Session, sent};
 use crate::status::{SessionStatus, Status};
-use crate::{SERVER_PATH_MTU, max_datagram, outer_headers, random_bytes, random_u32};
+use crate::{
+    SERVER_PATH_MTU, flush_tun, max_datagram, open_tun, outer_headers, random_bytes, random_u32,
+    read_tun,
+};
 
 const TOKEN_TUN: u64 = 1;
 const TOKEN_CONTROL: u64 = 3;
@@ -60,20 +63,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let mut poller = Poller::new().context("epoll")?;
     let started = monotonic_ns();
     let mtu = s.mtu.unwrap_or(1400);
-    let mut tun = Tun::open(
-        &s.tun,
-        cfg.address.0,
-        cfg.address.1,
-        mtu,
-        s.tun_offload.unwrap_or(true),
-    )
-    .with_context(|| format!("creating TUN device {}", s.tun))?;
-    if s.tun_offload.unwrap_or(true) && !tun.offload() {
-        tracing::warn!(
-            tun = tun.name(),
-            "the kernel refused the TUN offloads: running without"
-        );
-    }
+    let mut tun = open_tun(&s.tun, cfg.address, mtu, s.tun_offload.unwrap_or(true))?;
     poller.add(tun.as_fd(), TOKEN_TUN, false)?;
     let mut sockets = Vec::new();
     for (i, addr) in s.listen.iter().enumerate() {
@@ -170,9 +160,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                 },
             );
         }
-        if let Err(e) = tun.flush() {
-            tracing::debug!(%e, "writing to the tun device");
-        }
+        flush_tun(&mut tun);
         let deadline = clients
             .values()
             .filter_map(|c| c.session.poll_timeout())
@@ -208,9 +196,8 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                         });
                     }
                 }
-                TOKEN_TUN => loop {
-                    t = now();
-                    let r = tun.recv_each(|p| {
+                TOKEN_TUN => {
+                    t = read_tun(&mut tun, now, |t, p| {
                         let Some((_, dst)) = ipv4_addrs(p) else {
                             // Clients have IPv4 virtual addresses only.
                             drops.no_client_for_destination += 1;
@@ -223,16 +210,8 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                             }
                             None => drops.no_client_for_destination += 1,
                         }
-                    });
-                    match r {
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.raw_os_error().is_none() => {
-                            tracing::debug!(%e, "dropped a segment the tun device handed over");
-                        }
-                        Err(e) => bail!("reading {}: {e}", tun.name()),
-                    }
-                },
+                    })?;
+                }
                 TOKEN_CONTROL | TOKEN_METRICS => {
                     let mut status = server_status(&clients, &tun, mtu, started, t, drops);
                     status.dispatch = stage.as_ref().map(DispatchStage::status);
