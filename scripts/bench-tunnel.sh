@@ -21,10 +21,15 @@ tunnel_start 2 20 "${BENCH_CONF:-}"
 ip netns exec "$S" iperf3 -s -D -1 -B 198.18.22.1 >/dev/null
 sleep 0.3
 dirflag=""; [ -n "${BENCH_REVERSE:-}" ] && dirflag=-R
-plain=$(ip netns exec "$C" iperf3 -c 198.18.22.1 $dirflag -t "$secs" -J | awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}')
+# One iperf3 run from the client's namespace to $1: its bits per second.
+rate() {
+  ip netns exec "$C" iperf3 -c "$1" $dirflag -t "$secs" -J |
+    awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}'
+}
+plain=$(rate 198.18.22.1)
 ip netns exec "$S" iperf3 -s -D -1 -B 10.77.0.1 >/dev/null
 sleep 0.3
-tunnel=$(ip netns exec "$C" iperf3 -c 10.77.0.1 $dirflag -t "$secs" -J | awk -F: '/"bits_per_second"/ {v=$2} END {gsub(/[ ,]/, "", v); print v}')
+tunnel=$(rate 10.77.0.1)
 awk -v p="$plain" -v t="$tunnel" 'BEGIN {
   printf "plain veth (one link):            %8.0f Mbit/s\n", p / 1e6
   printf "latebind, 2 veth links, encrypted: %8.0f Mbit/s\n", t / 1e6

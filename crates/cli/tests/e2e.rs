@@ -1007,8 +1007,8 @@ fn a_bulk_transfer_crosses_each_kernel_in_segments_of_many_packets() {
         let mss = st["mtu"].as_u64().unwrap() - 52;
         let bytes = 8 << 20;
         let segments = bytes as u64 / mss;
-        let client = (net.client_ns.clone(), "lb0");
-        let server = (net.server_ns.clone(), "lbs0");
+        let client = (net.client_ns.as_str(), "lb0");
+        let server = (net.server_ns.as_str(), "lbs0");
         for (towards, (tx_ns, tx_dev), (rx_ns, rx_dev)) in [
             (Towards::Server, &client, &server),
             (Towards::Client, &server, &client),

@@ -117,13 +117,10 @@ impl Tun {
     /// `WouldBlock` when nothing is waiting; an error without an OS error code is a
     /// segment the kernel handed over that could not be split (it is dropped).
     pub fn recv_each(&mut self, mut f: impl FnMut(&mut [u8])) -> io::Result<usize> {
-        let n = if self.offload {
-            self.dev
-                .recv_multiple(&mut self.raw, &mut self.segments, &mut self.sizes, 0)?
-        } else {
-            self.sizes[0] = self.dev.recv(&mut self.segments[0])?;
-            1
-        };
+        // Without offloads this is one read into the first segment.
+        let n = self
+            .dev
+            .recv_multiple(&mut self.raw, &mut self.segments, &mut self.sizes, 0)?;
         for (seg, &len) in self.segments.iter_mut().zip(&self.sizes).take(n) {
             f(&mut seg[..len]);
         }
