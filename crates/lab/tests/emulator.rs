@@ -140,8 +140,9 @@ fn run_link(
     drop(topo);
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
-        "{name}: sent {} delivered {} latency ms {:?} gap {:.3} ms; emulator lateness us {:?}, read delay us {:?}",
+        "{name}: sent {} (schedule lateness us {:?}) delivered {} latency ms {:?} gap {:.3} ms; emulator lateness us {:?}, read delay us {:?}",
         out.send.sent,
+        out.send.schedule_late_us,
         out.recv.delivered,
         out.recv.latency_ms,
         out.recv.max_gap_ms,
@@ -243,22 +244,43 @@ fn emulated_outage_drops_traffic_for_its_interval() {
     // 200-byte packets every 1 ms from 0.5 s to 2.0 s: 1500 packets, 500 of them sent
     // inside the outage; those sent before it were already on the link and arrive
     // (uplink semantics).
-    let o = run_link("outage", up, 200, 1000, 0.5, 2.0);
-    assert_eq!(o.send.sent, 1500);
-    let lost = o.send.sent - o.recv.delivered;
-    assert!(
-        (497..=503).contains(&lost),
-        "lost {lost}, expected the 500 sent during the outage"
-    );
-    let up = &o.emu.links[0].up;
-    assert_eq!(up.dropped_outage + up.lost_outage, lost);
-    // The receiver saw nothing for the outage's length. The loss count above pins the
-    // outage's edges to the emulator's clock within 3 ms; the gap is the sender's and the
-    // receiver's view, and one stall of the virtual machine next to an edge moves it (a
-    // CI run saw 488 ms; stalls of 13 ms are on record, `emulated_delay_20ms_arrives_within_1ms`).
-    assert!(
-        (o.recv.max_gap_ms - 500.0).abs() < 15.0,
-        "gap {} ms",
-        o.recv.max_gap_ms
-    );
+    let check = |o: &Outcome| -> Result<(), String> {
+        if o.send.sent != 1500 {
+            return Err(format!("sent {}", o.send.sent));
+        }
+        let lost = o.send.sent - o.recv.delivered;
+        if !(497..=503).contains(&lost) {
+            return Err(format!(
+                "lost {lost}, expected the 500 sent during the outage"
+            ));
+        }
+        let up = &o.emu.links[0].up;
+        if up.dropped_outage + up.lost_outage != lost {
+            return Err(format!(
+                "lost {lost}, the emulator's outage dropped {} and lost {}",
+                up.dropped_outage, up.lost_outage
+            ));
+        }
+        // The receiver saw nothing for the outage's length. The loss count above pins
+        // the outage's edges to the emulator's clock within 3 ms; the gap is the
+        // sender's and the receiver's view, and one stall of the virtual machine next
+        // to an edge moves it (a CI run saw 488 ms).
+        if (o.recv.max_gap_ms - 500.0).abs() >= 15.0 {
+            return Err(format!("gap {} ms", o.recv.max_gap_ms));
+        }
+        Ok(())
+    };
+    let o = run_link("outage", up.clone(), 200, 1000, 0.5, 2.0);
+    if let Err(e) = check(&o) {
+        // A stall of the whole virtual machine next to an outage edge (a CI run: the
+        // emulator 11 ms late, 485 lost) holds the sender too: the packets it should have
+        // sent inside the outage leave after it, and are rightly delivered. Such a run
+        // says nothing of the outage: once more. An emulator that misplaces the outage
+        // by itself fails both.
+        let stalled = o.emu.lateness_us.max > 10_000.0 || o.send.schedule_late_us.max > 10_000.0;
+        assert!(stalled, "{e}");
+        eprintln!("the first run failed while the machine stalled ({e}): once more");
+        let o = run_link("outage", up, 200, 1000, 0.5, 2.0);
+        check(&o).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
