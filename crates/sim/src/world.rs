@@ -109,7 +109,8 @@ pub struct LinkTally {
     /// end of every whole second of the run.
     pub data_sent_by_s: Vec<u64>,
     /// Bytes the link delivered to the far end, client -> server and server -> client:
-    /// the tunnel's datagrams (UDP payload: its header, frames and tag) and the IP
+    /// the tunnel's datagrams as IP packets (outer IP and UDP headers, its header,
+    /// frames and AEAD tag: [`WIRE_EXTRA`] more than the engine writes) and the IP
     /// packets of flows outside the tunnel.
     pub bytes_delivered: [u64; 2],
 }
@@ -131,6 +132,13 @@ pub struct CcTally {
 
 /// How often the rate-control state is sampled for the report.
 pub const CC_SAMPLE: Duration = Duration::from_millis(10);
+
+/// Bytes a tunnel datagram takes on a link beyond what the engine writes: the outer IPv4
+/// and UDP headers (20 + 8) and the AEAD tag the daemons seal it with (16; the simulator
+/// does not encrypt). A link's rate and queue count them, as the lab's emulator counts
+/// the IP datagram and a real link its packets, so that the tunnel's goodput is set
+/// against the same link as the plain path's, whose packets the links count whole.
+pub const WIRE_EXTRA: usize = 20 + 8 + 16;
 
 /// Samples (every 10 ms of a run in mode late, while some link is up) of one engine's
 /// per-flow queues above the binding point.
@@ -722,7 +730,14 @@ impl World {
                 payload,
                 ..
             } => {
-                self.links[i].tally.bytes_delivered[usize::from(!uplink)] += payload.len() as u64;
+                // A tunnel datagram on the wire; a packet outside the tunnel as it is.
+                let extra = if self.links[i].outside[usize::from(!uplink)].contains(&packet) {
+                    0
+                } else {
+                    WIRE_EXTRA
+                };
+                self.links[i].tally.bytes_delivered[usize::from(!uplink)] +=
+                    (payload.len() + extra) as u64;
                 if uplink && self.links[i].doomed.front() == Some(&packet) {
                     let l = &mut self.links[i];
                     l.doomed.pop_front();
@@ -977,7 +992,7 @@ impl World {
         if li >= self.links.len() {
             return false;
         }
-        self.enqueue(li, uplink, dgram.len(), dgram.to_vec())
+        self.enqueue(li, uplink, dgram.len() + WIRE_EXTRA, dgram.to_vec())
     }
 }
 

@@ -4,7 +4,12 @@
 //! only the ranges above what the peer is known to have). Before that rule every ACK of
 //! a link with 31 losses in its life carried 32 ranges (268 bytes), and on
 //! `scenarios/asymmetric.toml` the uplink was full (0.95 of its 1 Mbit/s), the download
-//! got 12.7-13.1 Mbit/s of 21 and the voice flow's p99 was 125 ms.
+//! got 12.7-13.1 Mbit/s of 21 and the voice flow's p99 was 125 ms. (Those figures, and
+//! the 0.72 of the uplink after the rule, counted each datagram without its outer
+//! headers and AEAD tag. Counted whole, as the links count since, the uplink carries
+//! 0.96 of its 1 Mbit/s after the rule: 44 bytes on each small datagram of the inner
+//! TCP's acknowledgements. The voice flow keeps its p99 under 60 ms, the download 15.0
+//! Mbit/s.)
 
 mod common;
 
@@ -43,12 +48,14 @@ fn a_download_over_an_asymmetric_lossy_link_leaves_its_uplink_room() {
             let v = flow(&r, "voice");
             assert!(v.latency_ms.p99 < 60.0, "{v:?}");
             let (up, down) = link0_bytes(&r);
-            assert!(up / down < 0.07, "uplink {up} B for {down} B down");
+            assert!(up / down < 0.08, "uplink {up} B for {down} B down");
         }
     }
     // One link's worth of download under min-rtt, 24 / 2 Mbit/s with 0.2 % loss: the
     // uplink is not the limit, and what it carries per byte down is the cost of the
-    // acknowledgements, the inner TCP's and the tunnel's (11.6 % before the rule).
+    // acknowledgements, the inner TCP's and the tunnel's (11.6 % before the rule, counting
+    // the datagrams without their outer headers and tag; 5.3 % after, and 8.3 % with
+    // them, as the bounds here count since).
     let r = run(
         &with(
             &base,
@@ -63,5 +70,5 @@ fn a_download_over_an_asymmetric_lossy_link_leaves_its_uplink_room() {
     )
     .unwrap();
     let (up, down) = link0_bytes(&r);
-    assert!(up / down < 0.07, "uplink {up} B for {down} B down");
+    assert!(up / down < 0.09, "uplink {up} B for {down} B down");
 }
