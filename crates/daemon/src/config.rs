@@ -103,6 +103,10 @@ pub struct ClientSection {
     /// CoDel's target above the binding point, ms: the sojourn a flow's queue may keep
     /// (at least a tenth of CoDel's interval, which follows the links' RTT). Default 5.
     pub codel_target_ms: Option<f64>,
+    /// A pure TCP acknowledgement that finds an older one of its connection waiting at
+    /// the tail of its queue replaces it (duplicates, SACK and ECN ones never do).
+    /// Default true.
+    pub ack_filter: Option<bool>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -266,6 +270,10 @@ pub struct ServerSection {
     /// CoDel's target above the binding point, ms: the sojourn a flow's queue may keep
     /// (at least a tenth of CoDel's interval, which follows the links' RTT). Default 5.
     pub codel_target_ms: Option<f64>,
+    /// A pure TCP acknowledgement that finds an older one of its connection waiting at
+    /// the tail of its queue replaces it (duplicates, SACK and ECN ones never do).
+    /// Default true.
+    pub ack_filter: Option<bool>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,

@@ -118,6 +118,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let reinjection = cfg.reinjection;
     let rate_control = cfg.rate_control;
     let codel_target = cfg.codel_target;
+    let ack_filter = s.ack_filter.unwrap_or(true);
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
@@ -259,6 +260,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         (config.rate_control, config.rate_control_max_queue) =
                                             rate_control;
                                         config.codel_target = codel_target;
+                                        config.ack_filter = ack_filter;
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)
                                             .expect("server engine config is validated");

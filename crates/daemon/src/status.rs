@@ -111,6 +111,9 @@ pub struct EngineCounters {
     pub aqm_marked: u64,
     /// Drops because a queue limit was reached.
     pub overflow_dropped: u64,
+    /// Pure TCP acknowledgements replaced in their queue by a later one (`ack_filter`).
+    #[serde(default)]
+    pub ack_filtered: u64,
     /// Inner packets bound to a link.
     pub data_bound: u64,
     /// Malformed datagrams (after decryption).
@@ -382,6 +385,7 @@ impl SessionStatus {
                 aqm_dropped: st.queues.aqm_dropped,
                 aqm_marked: st.queues.aqm_marked,
                 overflow_dropped: st.queues.overflow_dropped,
+                ack_filtered: st.queues.ack_filtered,
                 data_bound: st.data_bound,
                 malformed: st.malformed,
                 wrong_session: st.wrong_session,
@@ -508,9 +512,10 @@ impl Status {
             let d = &ses.daemon;
             let _ = writeln!(
                 s,
-                "  drops: aqm {} overflow {} too-big {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
+                "  drops: aqm {} overflow {} acks-filtered {} too-big {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
                 e.aqm_dropped,
                 e.overflow_dropped,
+                e.ack_filtered,
                 e.too_big_dropped,
                 e.tun_invalid,
                 e.malformed,

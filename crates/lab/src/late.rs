@@ -23,7 +23,7 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
-//!   `tun_offload` goes into both files.
+//!   `tun_offload` and `ack_filter` go into both files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
@@ -92,6 +92,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     )?;
     writeln!(engine, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
     writeln!(engine, "tun_offload = {}", spec.late.tun_offload)?;
+    writeln!(engine, "ack_filter = {}", spec.late.ack_filter)?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;
     writeln!(server, "[server]")?;
@@ -340,6 +341,7 @@ pub fn engine_report(
         aqm_dropped: sum(&|s| s.engine.aqm_dropped),
         aqm_marked: sum(&|s| s.engine.aqm_marked),
         overflow_dropped: sum(&|s| s.engine.overflow_dropped),
+        ack_filtered: sum(&|s| s.engine.ack_filtered),
         reorder_held: sum(&|s| s.engine.reorder_held),
         reorder_gaps_skipped: sum(&|s| s.engine.reorder_gaps_skipped),
         late_delivered: sum(&|s| s.engine.late_delivered),

@@ -204,6 +204,98 @@ pub fn mark_ce(packet: &mut [u8]) -> bool {
     }
 }
 
+/// A TCP segment that only acknowledges (RFC 9293 3.1): no data, no SYN, FIN, RST or URG,
+/// no ECN flag (ECE, CWR), and no option but NOP, end of list and timestamps, so a later
+/// one of its connection says everything it says (no selective acknowledgement to keep,
+/// no window scale or MSS to carry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PureAck {
+    /// The acknowledgement number.
+    pub(crate) ack: u32,
+}
+
+impl PureAck {
+    /// Whether `self`, sent after `older` on the same connection, acknowledges more.
+    /// A duplicate acknowledgement (the same number) does not: the sender counts them
+    /// to find a loss (RFC 5681 3.2).
+    pub(crate) fn supersedes(self, older: Self) -> bool {
+        let ahead = self.ack.wrapping_sub(older.ack);
+        ahead != 0 && ahead < 1 << 31
+    }
+}
+
+/// The packet as a [`PureAck`], if it is an unfragmented IPv4 or IPv6 (no extension
+/// header) TCP segment that only acknowledges and does not carry CE.
+pub(crate) fn pure_ack(p: &[u8]) -> Option<PureAck> {
+    let (tcp, len) = match p.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(p.first()? & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes([*p.get(2)?, *p.get(3)?]));
+            let fragmented = u16::from_be_bytes([*p.get(6)?, *p.get(7)?]) & 0x3fff != 0;
+            if ihl < 20 || *p.get(9)? != PROTO_TCP || fragmented || p[1] & 0x03 == 3 {
+                return None;
+            }
+            (p.get(ihl..total.min(p.len()))?, total.checked_sub(ihl)?)
+        }
+        6 => {
+            let payload = usize::from(u16::from_be_bytes([*p.get(4)?, *p.get(5)?]));
+            if *p.get(6)? != PROTO_TCP || (p[1] >> 4) & 0x03 == 3 {
+                return None;
+            }
+            (p.get(40..(40 + payload).min(p.len()))?, payload)
+        }
+        _ => return None,
+    };
+    let offset = *tcp.get(12)?;
+    let header = usize::from(offset >> 4) * 4;
+    let flags = *tcp.get(13)?;
+    // ACK alone, or with PSH; anything else (SYN, FIN, RST, URG, ECE, CWR, and the
+    // accurate-ECN and reserved bits beside the data offset) is kept.
+    if header < 20
+        || len != header
+        || tcp.len() < header
+        || offset & 0x0f != 0
+        || flags & !0x08 != 0x10
+    {
+        return None;
+    }
+    let mut options = &tcp[20..header];
+    while let Some(&kind) = options.first() {
+        match kind {
+            0 => break,
+            1 => options = &options[1..],
+            8 if options.get(1) == Some(&10) && options.len() >= 10 => options = &options[10..],
+            _ => return None,
+        }
+    }
+    Some(PureAck {
+        ack: u32::from_be_bytes(tcp.get(8..12)?.try_into().ok()?),
+    })
+}
+
+/// An IPv4 TCP segment from port `sport` to 80 with acknowledgement number `ack`, TCP
+/// `flags`, `options` (padded to four bytes) and `payload` bytes of data.
+#[cfg(test)]
+pub(crate) fn test_tcp(sport: u16, ack: u32, flags: u8, options: &[u8], payload: usize) -> Vec<u8> {
+    let opt = options.len().div_ceil(4) * 4;
+    let total = 20 + 20 + opt + payload;
+    let mut p = vec![0u8; total];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[6] = 0x40; // DF
+    p[8] = 64;
+    p[9] = PROTO_TCP;
+    p[12..16].copy_from_slice(&[10, 77, 0, 2]);
+    p[16..20].copy_from_slice(&[10, 77, 0, 1]);
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&80u16.to_be_bytes());
+    p[28..32].copy_from_slice(&ack.to_be_bytes());
+    p[32] = ((20 + opt) / 4) as u8 * 16;
+    p[33] = flags;
+    p[40..40 + options.len()].copy_from_slice(options);
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,8 +382,72 @@ mod tests {
         #[test]
         fn classify_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..80)) {
             let _ = classify(&bytes);
+            let _ = pure_ack(&bytes);
             let mut b = bytes.clone();
             let _ = mark_ce(&mut b);
         }
+    }
+
+    /// Timestamps option with two NOPs before it, as Linux sends it.
+    const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+    const ACK: u8 = 0x10;
+
+    #[test]
+    fn pure_acks_are_recognised_and_everything_else_kept() {
+        assert_eq!(
+            pure_ack(&test_tcp(1, 7, ACK, &[], 0)),
+            Some(PureAck { ack: 7 })
+        );
+        assert_eq!(
+            pure_ack(&test_tcp(1, 7, ACK | 0x08, &TS, 0)),
+            Some(PureAck { ack: 7 })
+        );
+        // Data, SYN, FIN, RST, ECE, CWR: not pure acknowledgements.
+        assert_eq!(pure_ack(&test_tcp(1, 7, ACK, &TS, 1)), None);
+        for flag in [0x02, 0x01, 0x04, 0x20, 0x40, 0x80] {
+            assert_eq!(
+                pure_ack(&test_tcp(1, 7, ACK | flag, &[], 0)),
+                None,
+                "{flag:#x}"
+            );
+        }
+        // Selective acknowledgement blocks, window scale: kept.
+        let sack = [1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        assert_eq!(pure_ack(&test_tcp(1, 7, ACK, &sack, 0)), None);
+        assert_eq!(pure_ack(&test_tcp(1, 7, ACK, &[3, 3, 7], 0)), None);
+        // CE-marked, a fragment, UDP, truncated: kept.
+        let mut ce = test_tcp(1, 7, ACK, &[], 0);
+        ce[1] = 3;
+        assert_eq!(pure_ack(&ce), None);
+        let mut frag = test_tcp(1, 7, ACK, &[], 0);
+        frag[6] = 0x20;
+        assert_eq!(pure_ack(&frag), None);
+        assert_eq!(pure_ack(&ipv4_udp(0, 1, 2)), None);
+        let whole = test_tcp(1, 7, ACK, &TS, 0);
+        for n in 0..whole.len() {
+            assert_eq!(pure_ack(&whole[..n]), None, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn ipv6_pure_acks_are_recognised() {
+        let v4 = test_tcp(1, 9, ACK, &TS, 0);
+        let mut p = vec![0u8; 40];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&32u16.to_be_bytes());
+        p[6] = PROTO_TCP;
+        p.extend_from_slice(&v4[20..]);
+        assert_eq!(pure_ack(&p), Some(PureAck { ack: 9 }));
+        p[6] = 0; // a hop-by-hop header first: not looked into
+        assert_eq!(pure_ack(&p), None);
+    }
+
+    #[test]
+    fn only_a_later_acknowledgement_supersedes() {
+        let a = |ack| PureAck { ack };
+        assert!(a(2).supersedes(a(1)));
+        assert!(a(5).supersedes(a(u32::MAX - 5)), "across the wrap");
+        assert!(!a(1).supersedes(a(1)), "a duplicate acknowledgement");
+        assert!(!a(1).supersedes(a(2)));
     }
 }

@@ -57,6 +57,12 @@ pub struct Config {
     pub codel_rtt_factor: f64,
     /// Whether CoDel marks ECN-capable packets (CE) instead of dropping them. Default on.
     pub ecn: bool,
+    /// Whether a pure TCP acknowledgement that finds an older one of its connection at
+    /// the tail of its flow's queue replaces it (as CAKE's ACK filter does): the
+    /// acknowledgements of a download waiting for a narrow uplink leave as one datagram
+    /// instead of several. Duplicate acknowledgements and those with selective
+    /// acknowledgement blocks or ECN flags are never replaced. Default on.
+    pub ack_filter: bool,
     /// Total packets held above the binding point, all flows together. Default 10240.
     pub limit_packets: usize,
     /// Total bytes held above the binding point. Default 32 MiB.
@@ -143,6 +149,7 @@ impl Default for Config {
             codel_interval: Duration::from_millis(100),
             codel_rtt_factor: 2.0,
             ecn: true,
+            ack_filter: true,
             limit_packets: 10_240,
             limit_bytes: 32 << 20,
             max_flows: 16_384,

@@ -1,8 +1,10 @@
 //! Per-flow queues above the binding point.
 //!
 //! Pipeline (all under `&mut self`, single-threaded):
-//!  1. `enqueue`: classify result -> flow (created on first packet) -> tail of its FIFO;
-//!     over the packet or byte limit, packets are dropped from the head of the fattest flow.
+//!  1. `enqueue`: classify result -> flow (created on first packet) -> tail of its FIFO
+//!     (a pure TCP acknowledgement replaces an older one of its connection waiting at the
+//!     tail: `Config::ack_filter`); over the packet or byte limit, packets are dropped
+//!     from the head of the fattest flow.
 //!  2. `dequeue_with`: deficit round robin over three lists, in order: latency-sensitive
 //!     flows (DSCP EF/CS6/CS7), new (sparse) flows, old flows, as fq_codel does; CoDel runs
 //!     on the chosen flow's head (drop, or CE-mark an ECN-capable packet); the caller sees
@@ -18,7 +20,7 @@ use std::hash::BuildHasher;
 
 use core::time::Duration;
 
-use crate::classify::{FlowKey, PROTO_TCP, PacketInfo, mark_ce};
+use crate::classify::{FlowKey, PROTO_TCP, PacketInfo, classify, mark_ce, pure_ack};
 use crate::config::Config;
 use crate::ids::FlowId;
 use crate::policy::PolicyKind;
@@ -120,6 +122,10 @@ impl Packets {
         node.next = self.free;
         self.free = i;
         Some(packet)
+    }
+
+    fn back_mut(&mut self, fifo: Fifo) -> Option<&mut Queued> {
+        (fifo.tail != NIL).then(|| &mut self.nodes[fifo.tail as usize].packet)
     }
 
     fn front(&self, fifo: Fifo) -> Option<&Queued> {
@@ -299,6 +305,9 @@ pub struct QueueStats {
     pub flows_created: u64,
     /// Packets that went to the shared overflow flow because the flow table was full.
     pub flow_table_full: u64,
+    /// Pure TCP acknowledgements replaced in their queue by a later one of their
+    /// connection (`Config::ack_filter`).
+    pub ack_filtered: u64,
 }
 
 /// What `dequeue_with`'s caller decided for the head packet.
@@ -336,6 +345,8 @@ pub(crate) struct FlowQueues {
     overflow_congestion: u64,
     interval: Duration,
     ecn: bool,
+    /// A pure TCP acknowledgement replaces the one it supersedes at its flow's tail.
+    ack_filter: bool,
     limit_packets: usize,
     limit_bytes: usize,
     max_flows: usize,
@@ -366,6 +377,7 @@ impl FlowQueues {
             overflow_congestion: 0,
             interval: config.codel_interval,
             ecn: config.ecn,
+            ack_filter: config.ack_filter,
             limit_packets: config.limit_packets,
             limit_bytes: config.limit_bytes,
             max_flows: config.max_flows,
@@ -444,6 +456,24 @@ impl FlowQueues {
         let flow = self.flows[slot]
             .as_mut()
             .expect("slot_for returns a live slot");
+        if self.ack_filter
+            && info.key.protocol == PROTO_TCP
+            && let Some(tail) = self.store.back_mut(flow.queue)
+            && let Some(new) = pure_ack(&data)
+            && pure_ack(&tail.data).is_some_and(|old| new.supersedes(old))
+            && classify(&tail.data).is_ok_and(|t| t.key == info.key)
+        {
+            // The connection's newer acknowledgement takes the older one's place (and
+            // its time in the queue): the sender learns no less, sooner, and a narrow
+            // uplink carries one datagram for the two.
+            let old = std::mem::replace(&mut tail.data, data);
+            flow.bytes = flow.bytes - old.len() + len;
+            flow.last_active = now;
+            self.bytes = self.bytes - old.len() + len;
+            self.stats.enqueued += 1;
+            self.stats.ack_filtered += 1;
+            return 0;
+        }
         self.store.push_back(
             &mut flow.queue,
             Queued {
@@ -1110,5 +1140,62 @@ mod tests {
         assert_eq!(q.flow_count(), 1);
         q.expire_idle(Instant::ZERO + Duration::from_secs(31));
         assert_eq!(q.flow_count(), 0);
+    }
+
+    /// Enqueues and dequeues every packet in turn; returns the acknowledgement number
+    /// (TCP) or the source port (others) of what came out, and when it was enqueued.
+    fn drain(q: &mut FlowQueues, now: Instant) -> Vec<(u32, Instant)> {
+        let mut out = Vec::new();
+        while let Some((p, _, _, ())) = q.dequeue_with(now, |_, _| Decision::Take(())) {
+            let ack = u32::from_be_bytes([p.data[28], p.data[29], p.data[30], p.data[31]]);
+            out.push((ack, p.enqueued));
+        }
+        out
+    }
+
+    #[test]
+    fn a_later_pure_ack_replaces_the_one_waiting_at_its_flows_tail() {
+        use crate::classify::test_tcp;
+        const ACK: u8 = 0x10;
+        let mut q = FlowQueues::new(&Config::default());
+        let t0 = Instant::ZERO;
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Three acknowledgements of one connection waiting: one leaves, with the first's
+        // place in the queue and the last's number.
+        enq(&mut q, at(0), test_tcp(1, 100, ACK, &[], 0));
+        enq(&mut q, at(1), test_tcp(1, 200, ACK, &[], 0));
+        enq(&mut q, at(2), test_tcp(1, 300, ACK, &[], 0));
+        assert_eq!(q.packets(), 1);
+        assert_eq!(q.bytes(), 40);
+        assert_eq!(q.stats.ack_filtered, 2);
+        assert_eq!(q.stats.enqueued, 3);
+        assert_eq!(drain(&mut q, at(3)), vec![(300, at(0))]);
+        // A duplicate acknowledgement, a data segment, an acknowledgement with SACK
+        // blocks, another connection's: each kept.
+        let sack = [1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        for p in [
+            test_tcp(1, 400, ACK, &[], 0),
+            test_tcp(1, 400, ACK, &[], 0),
+            test_tcp(1, 500, ACK, &[], 100),
+            test_tcp(1, 600, ACK, &[], 0),
+            test_tcp(1, 700, ACK, &sack, 0),
+            test_tcp(1, 800, ACK, &[], 0),
+            test_tcp(2, 900, ACK, &[], 0),
+        ] {
+            enq(&mut q, at(4), p);
+        }
+        let acks: Vec<u32> = drain(&mut q, at(5)).into_iter().map(|(a, _)| a).collect();
+        assert_eq!(acks, vec![400, 400, 500, 600, 700, 800, 900]);
+        assert_eq!(q.stats.ack_filtered, 2);
+        // Off: every acknowledgement is kept.
+        let mut off = FlowQueues::new(&Config {
+            ack_filter: false,
+            ..Config::default()
+        });
+        for ack in [100, 200, 300] {
+            enq(&mut off, at(0), test_tcp(1, ack, ACK, &[], 0));
+        }
+        assert_eq!(off.packets(), 3);
+        assert_eq!(off.stats.ack_filtered, 0);
     }
 }

@@ -124,6 +124,8 @@ pub struct EngineReport {
     pub aqm_marked: u64,
     /// Packets dropped because a queue limit was reached.
     pub overflow_dropped: u64,
+    /// Pure TCP acknowledgements replaced in their queue by a later one.
+    pub ack_filtered: u64,
     /// Packets that waited in a reorder buffer.
     pub reorder_held: u64,
     /// Missing packets given up after the hold time.
@@ -298,6 +300,7 @@ impl Report {
                 aqm_dropped: cs.queues.aqm_dropped + ss.queues.aqm_dropped,
                 aqm_marked: cs.queues.aqm_marked + ss.queues.aqm_marked,
                 overflow_dropped: cs.queues.overflow_dropped + ss.queues.overflow_dropped,
+                ack_filtered: cs.queues.ack_filtered + ss.queues.ack_filtered,
                 reorder_held: cs.reorder.held + ss.reorder.held,
                 reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
                 late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,

@@ -263,6 +263,10 @@ pub struct LateKnobs {
     /// (`tun_offload`). Default true.
     #[serde(default = "yes")]
     pub tun_offload: bool,
+    /// A pure TCP acknowledgement replaces an older one of its connection waiting at its
+    /// flow's tail (the daemons' `ack_filter`). Default true.
+    #[serde(default = "yes")]
+    pub ack_filter: bool,
 }
 
 fn default_dispatch_horizon_us() -> f64 {
@@ -443,6 +447,7 @@ impl Default for LateKnobs {
             dispatch_rt_priority: None,
             pacing_rate_mbps: None,
             tun_offload: true,
+            ack_filter: true,
         }
     }
 }
