@@ -1142,8 +1142,8 @@ mod tests {
         assert_eq!(q.flow_count(), 0);
     }
 
-    /// Enqueues and dequeues every packet in turn; returns the acknowledgement number
-    /// (TCP) or the source port (others) of what came out, and when it was enqueued.
+    /// Dequeues every packet (TCP segments of `test_tcp`); returns each one's
+    /// acknowledgement number and when it was enqueued.
     fn drain(q: &mut FlowQueues, now: Instant) -> Vec<(u32, Instant)> {
         let mut out = Vec::new();
         while let Some((p, _, _, ())) = q.dequeue_with(now, |_, _| Decision::Take(())) {
