@@ -17,6 +17,16 @@ use common::{flow, scenario, with};
 
 use latebind_sim::{Mode, Report, run};
 
+/// A mix the scenario was not written for: 8 / 0.5 Mbit/s with 1 % loss, beside 10 Mbit/s
+/// at 40 ms.
+const NARROW: [&str; 5] = [
+    "links.0.rate_down_mbps=8.0",
+    "links.0.rate_up_mbps=0.5",
+    "links.0.loss=0.01",
+    "links.1.rate_mbps=10.0",
+    "links.1.delay_ms=40.0",
+];
+
 /// The uplink's and the downlink's bytes on link 0.
 fn link0_bytes(r: &Report) -> (f64, f64) {
     let [up, down] = r.links[0].bytes_delivered;
@@ -28,19 +38,7 @@ fn a_download_over_an_asymmetric_lossy_link_leaves_its_uplink_room() {
     let base = scenario("asymmetric.toml");
     // The scenario's mix (16 / 1 Mbit/s with 0.5 % loss, beside 5 Mbit/s), and one it was
     // not written for (8 / 0.5 Mbit/s with 1 % loss, beside 10 Mbit/s at 40 ms).
-    for (sets, downlinks) in [
-        (vec![], 16.0 + 5.0),
-        (
-            vec![
-                "links.0.rate_down_mbps=8.0",
-                "links.0.rate_up_mbps=0.5",
-                "links.0.loss=0.01",
-                "links.1.rate_mbps=10.0",
-                "links.1.delay_ms=40.0",
-            ],
-            8.0 + 10.0,
-        ),
-    ] {
+    for (sets, downlinks) in [(vec![], 16.0 + 5.0), (NARROW.to_vec(), 8.0 + 10.0)] {
         let r = run(&with(&base, &sets), Mode::Late).unwrap();
         let d = flow(&r, "download");
         assert!(d.goodput_mbps >= 0.7 * downlinks, "{sets:?}: {d:?}");
@@ -83,16 +81,7 @@ fn a_download_over_an_asymmetric_lossy_link_leaves_its_uplink_room() {
 #[test]
 fn acknowledgements_waiting_for_a_narrow_uplink_leave_as_one() {
     let base = scenario("asymmetric.toml");
-    for sets in [
-        vec![],
-        vec![
-            "links.0.rate_down_mbps=8.0",
-            "links.0.rate_up_mbps=0.5",
-            "links.0.loss=0.01",
-            "links.1.rate_mbps=10.0",
-            "links.1.delay_ms=40.0",
-        ],
-    ] {
+    for sets in [vec![], NARROW.to_vec()] {
         let runs: Vec<_> = ["late.ack_filter=false", "late.ack_filter=true"]
             .iter()
             .map(|knob| {
