@@ -600,7 +600,9 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
     (config.reinjection, config.rej_min) = cfg.reinjection;
     (config.rate_control, config.rate_control_max_queue) = cfg.rate_control;
     config.codel_target = cfg.codel_target;
-    config.ack_filter = c.ack_filter.unwrap_or(true);
+    if let Some(on) = c.ack_filter {
+        config.ack_filter = on;
+    }
     cfg.policies.apply(&mut config);
     config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let mut engine = Endpoint::new(config, t).map_err(|e| anyhow::anyhow!("engine: {e}"))?;

@@ -118,7 +118,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let reinjection = cfg.reinjection;
     let rate_control = cfg.rate_control;
     let codel_target = cfg.codel_target;
-    let ack_filter = s.ack_filter.unwrap_or(true);
+    let ack_filter = s.ack_filter;
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
@@ -260,7 +260,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         (config.rate_control, config.rate_control_max_queue) =
                                             rate_control;
                                         config.codel_target = codel_target;
-                                        config.ack_filter = ack_filter;
+                                        if let Some(on) = ack_filter {
+                                            config.ack_filter = on;
+                                        }
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)
                                             .expect("server engine config is validated");

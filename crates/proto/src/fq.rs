@@ -20,7 +20,7 @@ use std::hash::BuildHasher;
 
 use core::time::Duration;
 
-use crate::classify::{FlowKey, PROTO_TCP, PacketInfo, classify, mark_ce, pure_ack};
+use crate::classify::{FlowKey, PROTO_TCP, PacketInfo, mark_ce, pure_ack};
 use crate::config::Config;
 use crate::ids::FlowId;
 use crate::policy::PolicyKind;
@@ -456,12 +456,14 @@ impl FlowQueues {
         let flow = self.flows[slot]
             .as_mut()
             .expect("slot_for returns a live slot");
+        // A flow's queue holds its connection's packets only; the shared overflow queue
+        // (the flow table full) mixes connections and is left alone.
         if self.ack_filter
             && info.key.protocol == PROTO_TCP
+            && self.overflow_slot != Some(slot)
             && let Some(tail) = self.store.back_mut(flow.queue)
             && let Some(new) = pure_ack(&data)
             && pure_ack(&tail.data).is_some_and(|old| new.supersedes(old))
-            && classify(&tail.data).is_ok_and(|t| t.key == info.key)
         {
             // The connection's newer acknowledgement takes the older one's place (and
             // its time in the queue): the sender learns no less, sooner, and a narrow
@@ -1197,5 +1199,24 @@ mod tests {
         }
         assert_eq!(off.packets(), 3);
         assert_eq!(off.stats.ack_filtered, 0);
+    }
+
+    #[test]
+    fn the_shared_overflow_queue_keeps_every_acknowledgement() {
+        use crate::classify::test_tcp;
+        // One flow tracked: the second connection's flow becomes the shared overflow
+        // queue, and the third connection's packets join it there.
+        let mut q = FlowQueues::new(&Config {
+            max_flows: 1,
+            ..Config::default()
+        });
+        let t = Instant::ZERO;
+        enq(&mut q, t, test_tcp(1, 100, 0x10, &[], 0));
+        enq(&mut q, t, test_tcp(2, 200, 0x10, &[], 0));
+        enq(&mut q, t, test_tcp(3, 300, 0x10, &[], 0));
+        enq(&mut q, t, test_tcp(3, 400, 0x10, &[], 0));
+        assert_eq!(q.stats.flow_table_full, 3);
+        assert_eq!(q.packets(), 4);
+        assert_eq!(q.stats.ack_filtered, 0);
     }
 }

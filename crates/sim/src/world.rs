@@ -731,12 +731,9 @@ impl World {
                 payload,
                 ..
             } => {
+                let outside = self.links[i].outside[usize::from(!uplink)].remove(&packet);
                 // A tunnel datagram on the wire; a packet outside the tunnel as it is.
-                let extra = if self.links[i].outside[usize::from(!uplink)].contains(&packet) {
-                    0
-                } else {
-                    WIRE_EXTRA
-                };
+                let extra = if outside { 0 } else { WIRE_EXTRA };
                 self.links[i].tally.bytes_delivered[usize::from(!uplink)] +=
                     (payload.len() + extra) as u64;
                 if uplink && self.links[i].doomed.front() == Some(&packet) {
@@ -747,7 +744,7 @@ impl World {
                     return;
                 }
                 let to = if uplink { Side::Server } else { Side::Client };
-                if self.links[i].outside[usize::from(!uplink)].remove(&packet) {
+                if outside {
                     self.deliver_inner(to, &payload);
                 } else {
                     self.deliver(i, to, &payload);
