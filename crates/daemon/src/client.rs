@@ -600,6 +600,7 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
     (config.reinjection, config.rej_min) = cfg.reinjection;
     (config.rate_control, config.rate_control_max_queue) = cfg.rate_control;
     config.codel_target = cfg.codel_target;
+    config.ack_ride_wait = cfg.ack_ride_wait;
     if let Some(on) = c.ack_filter {
         config.ack_filter = on;
     }

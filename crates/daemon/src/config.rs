@@ -107,6 +107,10 @@ pub struct ClientSection {
     /// the tail of its queue replaces it (duplicates, SACK and ECN ones never do).
     /// Default true.
     pub ack_filter: Option<bool>,
+    /// How long an acknowledgement the tunnel owes waits for a packet going the other
+    /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
+    /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
+    pub ack_ride_wait_ms: Option<f64>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -274,6 +278,10 @@ pub struct ServerSection {
     /// the tail of its queue replaces it (duplicates, SACK and ECN ones never do).
     /// Default true.
     pub ack_filter: Option<bool>,
+    /// How long an acknowledgement the tunnel owes waits for a packet going the other
+    /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
+    /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
+    pub ack_ride_wait_ms: Option<f64>,
     /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
@@ -346,6 +354,8 @@ pub struct ClientConfig {
     pub rate_control: (bool, Duration),
     /// CoDel's target above the binding point.
     pub codel_target: Duration,
+    /// How long a due acknowledgement waits for a packet to ride on.
+    pub ack_ride_wait: Duration,
     /// Binding policies.
     pub policies: Policies,
     /// The dispatch stage, when on.
@@ -441,6 +451,8 @@ pub struct ServerConfig {
     pub rate_control: (bool, Duration),
     /// CoDel's target above the binding point.
     pub codel_target: Duration,
+    /// How long a due acknowledgement waits for a packet to ride on.
+    pub ack_ride_wait: Duration,
     /// Binding policies.
     pub policies: Policies,
     /// The dispatch stage, when on.
@@ -613,6 +625,22 @@ impl V<'_> {
         }
     }
 
+    fn ack_ride_wait(&self, section: &str, ms: Option<f64>) -> Result<Duration, ConfigError> {
+        let defaults = latebind_proto::Config::default();
+        let most = defaults.max_ack_delay.as_secs_f64() * 1e3;
+        match ms {
+            Some(ms) if ms.is_finite() && (0.0..=most).contains(&ms) => {
+                Ok(Duration::from_secs_f64(ms / 1e3))
+            }
+            Some(ms) => Err(self.err(
+                format!("{section}.ack_ride_wait_ms"),
+                ms,
+                &format!("a time from 0 ms up to the acknowledgement delay ({most} ms)"),
+            )),
+            None => Ok(defaults.ack_ride_wait),
+        }
+    }
+
     fn policies(
         &self,
         section: &str,
@@ -762,6 +790,7 @@ impl ClientConfig {
         let reinjection = v.reinjection("client", c.reinjection.as_ref(), c.rej_min_ms)?;
         let rate_control = v.rate_control("client", c.rate_control, c.rate_control_max_queue_ms)?;
         let codel_target = v.codel_target("client", c.codel_target_ms)?;
+        let ack_ride_wait = v.ack_ride_wait("client", c.ack_ride_wait_ms)?;
         let dispatch = v.dispatch(
             "client",
             c.dispatch,
@@ -846,6 +875,7 @@ impl ClientConfig {
             reinjection,
             rate_control,
             codel_target,
+            ack_ride_wait,
             policies,
             dispatch,
             servers,
@@ -877,6 +907,7 @@ impl ServerConfig {
         let reinjection = v.reinjection("server", s.reinjection.as_ref(), s.rej_min_ms)?;
         let rate_control = v.rate_control("server", s.rate_control, s.rate_control_max_queue_ms)?;
         let codel_target = v.codel_target("server", s.codel_target_ms)?;
+        let ack_ride_wait = v.ack_ride_wait("server", s.ack_ride_wait_ms)?;
         let dispatch = v.dispatch(
             "server",
             s.dispatch,
@@ -946,6 +977,7 @@ impl ServerConfig {
             reinjection,
             rate_control,
             codel_target,
+            ack_ride_wait,
             policies,
             dispatch,
             session_timeout,
@@ -1236,6 +1268,38 @@ mod tests {
             .to_string();
         assert!(e.contains("client.rej_min_ms = -1"), "{e}");
         assert!(e.contains("0 to 10000 ms"), "{e}");
+    }
+
+    #[test]
+    fn ack_ride_wait_defaults_and_bad_values_name_key_value_and_expectation() {
+        let parse = |text: &str| ClientConfig::parse(Path::new("c.toml"), text);
+        let edit = |value: Option<&str>| {
+            client_text("")
+                .lines()
+                .filter_map(|l| match l.starts_with("ack_ride_wait_ms = ") {
+                    true => value.map(|v| format!("ack_ride_wait_ms = {v}")),
+                    false => Some(l.to_string()),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let defaults = latebind_proto::Config::default();
+        assert_eq!(
+            parse(&edit(None)).unwrap().ack_ride_wait,
+            defaults.ack_ride_wait
+        );
+        assert_eq!(
+            parse(&edit(Some("1.5"))).unwrap().ack_ride_wait,
+            Duration::from_micros(1500)
+        );
+        for bad in ["-1.0", "6.0", "nan"] {
+            let e = parse(&edit(Some(bad))).unwrap_err().to_string();
+            assert!(
+                e.contains("client.ack_ride_wait_ms = ")
+                    && e.contains("a time from 0 ms up to the acknowledgement delay (5 ms)"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

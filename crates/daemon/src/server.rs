@@ -118,6 +118,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let reinjection = cfg.reinjection;
     let rate_control = cfg.rate_control;
     let codel_target = cfg.codel_target;
+    let ack_ride_wait = cfg.ack_ride_wait;
     let ack_filter = s.ack_filter;
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
@@ -260,6 +261,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         (config.rate_control, config.rate_control_max_queue) =
                                             rate_control;
                                         config.codel_target = codel_target;
+                                        config.ack_ride_wait = ack_ride_wait;
                                         if let Some(on) = ack_filter {
                                             config.ack_filter = on;
                                         }

@@ -138,6 +138,16 @@ pub struct EngineCounters {
     /// link's largest datagram) and went alone.
     #[serde(default)]
     pub acks_too_big_to_ride: u64,
+    /// ACK frames sent.
+    #[serde(default)]
+    pub acks_sent: u64,
+    /// ACK frames of those that rode on a data packet (the rest took a datagram of their
+    /// own, `ack_ride_wait`).
+    #[serde(default)]
+    pub acks_ridden: u64,
+    /// RX_TIME frames sent (one-way delay samples for the peer's rate control).
+    #[serde(default)]
+    pub rx_times_sent: u64,
     /// Inner packets sent in a datagram larger than their link carries whole (no link up
     /// did; the kernel fragments them).
     #[serde(default)]
@@ -394,6 +404,9 @@ impl SessionStatus {
                 duplicate_data: st.duplicate_data,
                 too_old_data: st.too_old_data,
                 acks_too_big_to_ride: st.acks_too_big_to_ride,
+                acks_sent: st.acks_sent,
+                acks_ridden: st.acks_ridden,
+                rx_times_sent: st.rx_times_sent,
                 data_oversized: st.data_oversized,
                 too_big_dropped: st.too_big_dropped,
                 too_big_signalled: st.too_big_signalled,
@@ -525,6 +538,14 @@ impl Status {
                 d.send_errors,
                 d.spoofed,
                 e.late_delivered,
+            );
+            let _ = writeln!(
+                s,
+                "  acks: sent {} on data {} alone {} rx-times {}",
+                e.acks_sent,
+                e.acks_ridden,
+                e.acks_sent.saturating_sub(e.acks_ridden),
+                e.rx_times_sent,
             );
             let _ = writeln!(
                 s,

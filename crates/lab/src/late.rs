@@ -23,7 +23,7 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
-//!   `tun_offload` and `ack_filter` go into both files.
+//!   `tun_offload`, `ack_filter` and `ack_ride_wait_ms` go into both files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
@@ -93,6 +93,11 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(engine, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
     writeln!(engine, "tun_offload = {}", spec.late.tun_offload)?;
     writeln!(engine, "ack_filter = {}", spec.late.ack_filter)?;
+    writeln!(
+        engine,
+        "ack_ride_wait_ms = {:?}",
+        spec.late.ack_ride_wait_ms
+    )?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;
     writeln!(server, "[server]")?;
@@ -342,6 +347,18 @@ pub fn engine_report(
         aqm_marked: sum(&|s| s.engine.aqm_marked),
         overflow_dropped: sum(&|s| s.engine.overflow_dropped),
         ack_filtered: sum(&|s| s.engine.ack_filtered),
+        acks_sent: [
+            client.map_or(0, |s| s.engine.acks_sent),
+            server.map_or(0, |s| s.engine.acks_sent),
+        ],
+        acks_ridden: [
+            client.map_or(0, |s| s.engine.acks_ridden),
+            server.map_or(0, |s| s.engine.acks_ridden),
+        ],
+        rx_times_sent: [
+            client.map_or(0, |s| s.engine.rx_times_sent),
+            server.map_or(0, |s| s.engine.rx_times_sent),
+        ],
         reorder_held: sum(&|s| s.engine.reorder_held),
         reorder_gaps_skipped: sum(&|s| s.engine.reorder_gaps_skipped),
         late_delivered: sum(&|s| s.engine.late_delivered),

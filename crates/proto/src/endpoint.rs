@@ -214,6 +214,11 @@ pub struct EndpointStats {
     pub reorder: ReorderStats,
     /// ACK frames sent.
     pub acks_sent: u64,
+    /// ACK frames of those that rode on a data packet of their link (the rest took a
+    /// datagram of their own, or of another link's control datagram).
+    pub acks_ridden: u64,
+    /// RX_TIME frames sent (one-way delay samples for the peer's rate control).
+    pub rx_times_sent: u64,
     /// Acknowledgements that did not fit on the data packet they were due to ride on
     /// (the link's `max_datagram`) and went alone.
     pub acks_too_big_to_ride: u64,
@@ -794,6 +799,7 @@ impl Endpoint {
                 now,
                 self.config.ack_every,
                 self.config.max_ack_delay,
+                self.config.ack_ride_wait,
                 at_once,
             );
         }
@@ -1724,13 +1730,18 @@ impl Endpoint {
         .emit(buf);
     }
 
-    /// The link's acknowledgement, if one is due, on the data packet being written (its
-    /// header in `buf`, `payload` bytes of DATA to follow), as far as it fits the link's
-    /// largest datagram: the newest ranges that fit, older ones left out (an ACK only
-    /// under-reports then; the ones before it reported them). If not even the newest
+    /// The link's acknowledgement, if one is pending, on the data packet being written
+    /// (its header in `buf`, `payload` bytes of DATA to follow), as far as it fits the
+    /// link's largest datagram: the newest ranges that fit, older ones left out (an ACK
+    /// only under-reports then; the ones before it reported them). If not even the newest
     /// range fits, it goes alone, as a control datagram, and is not deferred for data.
+    /// An acknowledgement that would have gone alone (`ack_wanted`: it waits for a data
+    /// packet only `ack_ride_wait`) brings its RX_TIME frame along where that fits too:
+    /// the peer's rate control then has the same one-way delay samples as if it had gone
+    /// alone, for 19 bytes on this datagram instead of a datagram of its own.
     fn ride_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, payload: usize) {
         let l = &mut self.links[li];
+        l.rx.on_data_sent(now, self.config.ack_ride_wait);
         if l.rx.ack_deadline.is_none() {
             return;
         }
@@ -1744,13 +1755,22 @@ impl Endpoint {
             }
             return;
         }
-        self.write_ack(now, li, buf, false, room);
+        let with_time = l.rx.ack_wanted
+            && room.is_none_or(|r| r >= wire::ack_frame_len(1) + wire::RX_TIME_FRAME_LEN);
+        let room = room.map(|r| {
+            if with_time {
+                r - wire::RX_TIME_FRAME_LEN
+            } else {
+                r
+            }
+        });
+        self.stats.acks_ridden += 1;
+        self.write_ack(now, li, buf, with_time, room);
     }
 
     /// Writes link `li`'s ACK frame, with as many ranges, newest first, as fit `room`
     /// bytes (all without a limit), and with `with_time` an RX_TIME frame for its largest
-    /// packet (one-way delay for the peer's rate control; left out when the ACK rides on
-    /// a DATA frame, whose datagram has no room budgeted for it).
+    /// packet (one-way delay for the peer's rate control).
     fn write_ack(
         &mut self,
         now: Instant,
@@ -1786,6 +1806,7 @@ impl Endpoint {
         }
         if with_time {
             wire::emit_rx_time(buf, l.id.0, largest, l.rx.largest_time.as_nanos() / 1000);
+            self.stats.rx_times_sent += 1;
         }
         l.rx.on_ack_sent();
         self.stats.acks_sent += 1;

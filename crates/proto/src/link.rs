@@ -139,6 +139,20 @@ pub(crate) struct RxState {
     /// The due acknowledgement did not fit on a data packet (the link's largest
     /// datagram): it goes alone instead of waiting for data to carry it.
     pub(crate) ack_rides_not: bool,
+    /// `ack_every` packets wait for the acknowledgement (or one arrived out of order):
+    /// it would go alone, with an RX_TIME frame, if nothing came to carry it. A packet
+    /// that carries it then carries the RX_TIME too, where it fits.
+    pub(crate) ack_wanted: bool,
+    /// How often lately a data packet left on this link within `ack_ride_wait` of an
+    /// acknowledgement falling due (smoothed, 0 to 1), whether that acknowledgement waited
+    /// for it or not: an acknowledgement waits only when that is the likelier outcome, so
+    /// a link whose reverse traffic goes elsewhere (another link, or none) acknowledges
+    /// at once. It starts at 0: an acknowledgement waits only once packets were seen to
+    /// follow it (without waiting, a packet that left within `ack_ride_wait` after it
+    /// counts as a ride it could have had).
+    ride_odds: f64,
+    /// When the acknowledgement whose ride is being watched fell due.
+    ride_watch: Option<Instant>,
     /// Packet numbers below this need not be reported again: an ACK that told the peer
     /// everything from below it up to its largest reached the peer (the datagram that
     /// carried it was acknowledged; RFC 9000 13.2.4). Without it every ACK of a link
@@ -175,6 +189,9 @@ impl RxState {
             received: 0,
             lost: 0,
             ack_rides_not: false,
+            ack_wanted: false,
+            ride_odds: 0.0,
+            ride_watch: None,
             floor: 0,
             written: None,
             #[cfg(test)]
@@ -247,20 +264,54 @@ impl RxState {
         false
     }
 
-    /// Notes an ack-eliciting packet; returns whether an ACK should go out now.
+    /// Notes an ack-eliciting packet and when its acknowledgement is due: at once for
+    /// one out of order; `ride_wait` from now once `every` packets wait for it (a packet
+    /// of the reverse direction may carry it meanwhile); else `max_delay` after the
+    /// first packet that waits.
     pub(crate) fn on_eliciting(
         &mut self,
         now: Instant,
         every: u32,
         max_delay: Duration,
+        ride_wait: Duration,
         out_of_order: bool,
     ) {
         self.unacked_eliciting += 1;
-        if self.unacked_eliciting >= every || out_of_order {
+        if out_of_order {
             self.ack_deadline = Some(now);
+            self.ack_wanted = true;
+        } else if self.unacked_eliciting >= every {
+            if self.ride_watch.is_some_and(|d| now - d > ride_wait) {
+                self.ride_outcome(false);
+            }
+            self.ride_watch.get_or_insert(now);
+            // A second packet while the acknowledgement waits: it goes now, before it
+            // acknowledges more than `every` packets at once (the peer's window and
+            // delivery rate follow the acknowledgements' pace).
+            let wait = if self.ride_odds >= 0.5 && !self.ack_wanted {
+                ride_wait
+            } else {
+                Duration::ZERO
+            };
+            let due = now + wait;
+            self.ack_deadline = Some(self.ack_deadline.map_or(due, |d| d.min(due)));
+            self.ack_wanted = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + max_delay);
         }
+    }
+
+    /// A data packet leaves on this link now: an acknowledgement that fell due up to
+    /// `ride_wait` ago could ride on it (and did, if it waited).
+    pub(crate) fn on_data_sent(&mut self, now: Instant, ride_wait: Duration) {
+        if let Some(d) = self.ride_watch {
+            self.ride_outcome(now - d <= ride_wait);
+        }
+    }
+
+    fn ride_outcome(&mut self, rode: bool) {
+        self.ride_odds += (f64::from(u8::from(rode)) - self.ride_odds) / 8.0;
+        self.ride_watch = None;
     }
 
     /// The ranges an ACK reports, newest first: the newest always, the others as far as
@@ -297,6 +348,7 @@ impl RxState {
         self.unacked_eliciting = 0;
         self.ack_deadline = None;
         self.ack_rides_not = false;
+        self.ack_wanted = false;
     }
 }
 

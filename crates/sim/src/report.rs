@@ -126,6 +126,12 @@ pub struct EngineReport {
     pub overflow_dropped: u64,
     /// Pure TCP acknowledgements replaced in their queue by a later one.
     pub ack_filtered: u64,
+    /// ACK frames sent, [client, server].
+    pub acks_sent: [u64; 2],
+    /// ACK frames that rode on a data packet, [client, server].
+    pub acks_ridden: [u64; 2],
+    /// RX_TIME frames sent, [client, server].
+    pub rx_times_sent: [u64; 2],
     /// Packets that waited in a reorder buffer.
     pub reorder_held: u64,
     /// Missing packets given up after the hold time.
@@ -301,6 +307,9 @@ impl Report {
                 aqm_marked: cs.queues.aqm_marked + ss.queues.aqm_marked,
                 overflow_dropped: cs.queues.overflow_dropped + ss.queues.overflow_dropped,
                 ack_filtered: cs.queues.ack_filtered + ss.queues.ack_filtered,
+                acks_sent: [cs.acks_sent, ss.acks_sent],
+                acks_ridden: [cs.acks_ridden, ss.acks_ridden],
+                rx_times_sent: [cs.rx_times_sent, ss.rx_times_sent],
                 reorder_held: cs.reorder.held + ss.reorder.held,
                 reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
                 late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,

@@ -267,6 +267,17 @@ pub struct LateKnobs {
     /// flow's tail (the daemons' `ack_filter`). Default true.
     #[serde(default = "yes")]
     pub ack_filter: bool,
+    /// How long an acknowledgement that is due waits for a packet of the reverse
+    /// direction to ride on, ms (the daemons' `ack_ride_wait_ms`). Default 0.
+    #[serde(default = "default_ack_ride_wait_ms")]
+    pub ack_ride_wait_ms: f64,
+}
+
+fn default_ack_ride_wait_ms() -> f64 {
+    latebind_proto::Config::default()
+        .ack_ride_wait
+        .as_secs_f64()
+        * 1e3
 }
 
 fn default_dispatch_horizon_us() -> f64 {
@@ -372,6 +383,11 @@ impl LateKnobs {
         core::time::Duration::from_secs_f64(self.codel_target_ms / 1e3)
     }
 
+    /// `ack_ride_wait_ms` as a duration.
+    pub fn ack_ride_wait(&self) -> core::time::Duration {
+        core::time::Duration::from_secs_f64(self.ack_ride_wait_ms / 1e3)
+    }
+
     /// The reinjection timer's floor.
     pub fn rej_min(&self) -> core::time::Duration {
         core::time::Duration::from_secs_f64(self.rej_min_ms.max(0.0) / 1e3)
@@ -448,6 +464,7 @@ impl Default for LateKnobs {
             pacing_rate_mbps: None,
             tun_offload: true,
             ack_filter: true,
+            ack_ride_wait_ms: default_ack_ride_wait_ms(),
         }
     }
 }
@@ -834,6 +851,18 @@ impl Scenario {
                 return Err(self.invalid(key.into(), v, "a time above 0 and up to 10000 ms"));
             }
         }
+        let mad = latebind_proto::Config::default()
+            .max_ack_delay
+            .as_secs_f64()
+            * 1e3;
+        if !(s.late.ack_ride_wait_ms.is_finite() && (0.0..=mad).contains(&s.late.ack_ride_wait_ms))
+        {
+            return Err(self.invalid(
+                "late.ack_ride_wait_ms".into(),
+                s.late.ack_ride_wait_ms,
+                &format!("a time from 0 ms up to max_ack_delay ({mad} ms)"),
+            ));
+        }
         if !(s.late.dispatch_horizon_us.is_finite()
             && (0.0..=100_000.0).contains(&s.late.dispatch_horizon_us))
         {
@@ -1159,6 +1188,19 @@ rate_mbps = 1.0
             .unwrap_err()
             .to_string();
         assert!(e.contains("late.rej_min_ms = -1"), "{e}");
+        for bad in ["-1.0", "6.0"] {
+            let set = format!("late.ack_ride_wait_ms={bad}");
+            let e = s.with_overrides([set.as_str()]).unwrap_err().to_string();
+            assert!(
+                e.contains("late.ack_ride_wait_ms = ") && e.contains("up to max_ack_delay (5 ms)"),
+                "{e}"
+            );
+        }
+        let ok = s.with_overrides(["late.ack_ride_wait_ms=0.5"]).unwrap();
+        assert_eq!(
+            ok.spec.late.ack_ride_wait(),
+            core::time::Duration::from_micros(500)
+        );
         for key in ["late.codel_target_ms", "late.rate_control_max_queue_ms"] {
             let set = format!("{key}=0.0");
             let e = s.with_overrides([set.as_str()]).unwrap_err().to_string();

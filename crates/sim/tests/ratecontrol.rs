@@ -35,28 +35,44 @@ fn probe_stays_near_idle_beside_a_saturating_download() {
 /// The same with the bottleneck on the client's side of the uplink hidden in the network
 /// too (an upload through a modem's buffer), and another rate and delay: the controller
 /// follows what it measures, not the scenario's numbers.
+///
+/// Over three delays: one TCP flow's goodput moves by a few per cent from one delay to
+/// the next (when CoDel's first drops fall in the flow's startup), and a test of one delay
+/// would measure that.
 #[test]
 fn upload_through_a_hidden_bottleneck_on_another_path() {
-    let s = with(
-        &scenario("bufferbloat.toml"),
-        &[
-            "flows.0.direction=\"up\"",
-            "flows.1.direction=\"up\"",
-            "links.0.rate_mbps=25.0",
-            "links.0.delay_ms=35.0",
-        ],
-    );
-    let r = run(&s, Mode::Late).unwrap();
-    let probe = flow(&r, "probe");
-    // Measured: 84.3 % of the link with the datagrams counted whole (86.8 % before they
-    // were, docs/RESULTS.md section 10).
-    assert!(probe.latency_ms.p95 <= 35.1 + 10.0, "{probe:?}");
-    assert!(probe.latency_ms.p99 <= 35.1 + 10.0, "{probe:?}");
-    let bulk = flow(&r, "bulk");
-    assert!(bulk.goodput_mbps >= 0.82 * 25.0, "{bulk:?}");
-    // The plain path: the modem's FIFO fills.
-    let plain = run(&s, Mode::Early).unwrap();
-    assert!(flow(&plain, "probe").latency_ms.p95 > 200.0);
+    let mut goodput = 0.0;
+    for delay in [25.0, 35.0, 45.0] {
+        let s = with(
+            &scenario("bufferbloat.toml"),
+            &[
+                "flows.0.direction=\"up\"",
+                "flows.1.direction=\"up\"",
+                "links.0.rate_mbps=25.0",
+                &format!("links.0.delay_ms={delay}"),
+            ],
+        );
+        let r = run(&s, Mode::Late).unwrap();
+        let probe = flow(&r, "probe");
+        // Measured: 1.6-2.0 ms over idle at p95.
+        assert!(
+            probe.latency_ms.p95 <= delay + 0.1 + 10.0,
+            "{delay} ms: {probe:?}"
+        );
+        if delay == 35.0 {
+            // 2.5 ms over idle at p99 (16 at 45 ms, where the first drops leave a
+            // longer queue).
+            assert!(probe.latency_ms.p99 <= delay + 0.1 + 10.0, "{probe:?}");
+            // The plain path: the modem's FIFO fills.
+            let plain = run(&s, Mode::Early).unwrap();
+            assert!(flow(&plain, "probe").latency_ms.p95 > 200.0);
+        }
+        goodput += flow(&r, "bulk").goodput_mbps / 3.0;
+    }
+    // Measured: 85 % of the link over the three (21.75, 21.08, 20.99 Mb/s), with the
+    // datagrams counted whole (docs/RESULTS.md 13). With `ack_ride_wait` at 1 ms: 82 %
+    // (21.68, 18.85, 21.14).
+    assert!(goodput >= 0.80 * 25.0, "{goodput} Mb/s");
 }
 
 /// A link whose capacity is known beforehand (`[late] seed_capacity`, a daemon's
