@@ -224,6 +224,15 @@ impl PureAck {
     }
 }
 
+/// Whether the packet is a TCP segment (IPv4, or IPv6 without an extension header).
+pub(crate) fn is_tcp(p: &[u8]) -> bool {
+    match p.first().map(|b| b >> 4) {
+        Some(4) => p.get(9) == Some(&PROTO_TCP),
+        Some(6) => p.get(6) == Some(&PROTO_TCP),
+        _ => false,
+    }
+}
+
 /// The packet as a [`PureAck`], if it is an unfragmented IPv4 or IPv6 (no extension
 /// header) TCP segment that only acknowledges and does not carry CE.
 pub(crate) fn pure_ack(p: &[u8]) -> Option<PureAck> {
@@ -299,6 +308,20 @@ pub(crate) fn test_tcp(sport: u16, ack: u32, flags: u8, options: &[u8], payload:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_segments_are_told_from_other_packets() {
+        assert!(is_tcp(&test_tcp(5000, 1, 0x18, &[], 100)));
+        assert!(!is_tcp(&ipv4_udp(0, 5000, 9)));
+        let mut v6 = vec![0u8; 60];
+        v6[0] = 0x60;
+        v6[6] = PROTO_TCP;
+        assert!(is_tcp(&v6));
+        v6[6] = 17;
+        assert!(!is_tcp(&v6));
+        assert!(!is_tcp(&[]));
+        assert!(!is_tcp(&[0x45]));
+    }
 
     fn ipv4_udp(tos: u8, sport: u16, dport: u16) -> Vec<u8> {
         let mut p = vec![0u8; 28];

@@ -942,7 +942,7 @@ impl Endpoint {
             hold = hold.max(wait.min(self.config.reorder_hold_max));
         }
         self.reorder
-            .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf);
+            .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf, data.recovered);
     }
 
     fn on_lost(&mut self, now: Instant, mut lost: Vec<SentPacket>) {
@@ -1670,7 +1670,8 @@ impl Endpoint {
         self.next_global_seq += 1;
         self.write_header(li, buf);
         self.ride_ack(now, li, buf, queued.data.len());
-        let recover = kind == PolicyKind::Aggregate;
+        let recover = kind == PolicyKind::Aggregate
+            || kind == PolicyKind::MinRtt && crate::classify::is_tcp(&queued.data);
         wire::emit_data(
             buf,
             gseq as u32,

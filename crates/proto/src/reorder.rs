@@ -93,16 +93,23 @@ impl Dedup {
     }
 }
 
-/// Whether a packet bound before global sequence `gseq` may still be on its way: a link
+/// Whether a packet of a flow bound before global sequence `gseq` may still be on its
+/// way: a link the flow's packets came over lately (`flow_links`, a bit per link index)
 /// that delivered data within the last [`LINK_MEMORY`] (`links`: per link, the highest
 /// global sequence it delivered and when it last delivered) has not yet delivered
 /// anything bound at or after `gseq`. Packets are bound in global sequence order and each
 /// link delivers in the order it sends, so once every such link has passed `gseq` a
-/// packet missing before it was lost (or is a reinjection, which comes later anyway).
-fn behind(links: &[(u64, Instant)], gseq: u64, now: Instant) -> bool {
-    links
-        .iter()
-        .any(|&(highest, at)| highest < gseq && at > Instant::ZERO && now - at < LINK_MEMORY)
+/// packet missing before it was lost (or is a reinjection, which comes later anyway). A
+/// link the flow has not used is not waited for: another flow's traffic on it (a
+/// download's resends on a second link) says nothing of this flow's gap, and a flow on
+/// one link (a call) would wait for it up to the longest hold at each loss.
+fn behind(links: &[(u64, Instant)], flow_links: u64, gseq: u64, now: Instant) -> bool {
+    links.iter().enumerate().any(|(i, &(highest, at))| {
+        flow_links & 1u64.checked_shl(i as u32).unwrap_or(0) != 0
+            && highest < gseq
+            && at > Instant::ZERO
+            && now - at < LINK_MEMORY
+    })
 }
 
 /// Counters of the receive path.
@@ -337,6 +344,8 @@ struct RxFlow {
     key: Option<FlowKey>,
     counts: FlowCounts,
     play: Option<Box<Playout>>,
+    /// The flow's sender re-sends its losses (its latest packet came as DATA_RECOVERED).
+    repaired: bool,
 }
 
 /// One [`LINK_MEMORY`] of a flow's packets.
@@ -350,6 +359,27 @@ struct RxWindow {
 }
 
 impl RxFlow {
+    /// The links (a bit per link index) its packets came over in the last one to two
+    /// [`LINK_MEMORY`]s.
+    fn links(&self) -> u64 {
+        self.window[0].links | self.window[1].links
+    }
+
+    /// Whether a gap of the flow is worth waiting for past its hold time while a link is
+    /// behind it: a TCP flow would take the gap for a loss (a retransmission and a
+    /// smaller window), and a repaired flow's missing packet is coming. Not a flow of
+    /// other datagrams (a call, a game): a packet later than its hold is as good as lost
+    /// to it, and waiting delays every packet behind the gap. Not a flow that arrives as
+    /// copies (a redundant flow): its copies on the other links were its protection, and
+    /// a link that died with a copy on it would otherwise stall the flow for the longest
+    /// hold.
+    fn waits_for_links(&self) -> bool {
+        let tcp = self
+            .key
+            .is_some_and(|k| k.protocol == crate::classify::PROTO_TCP);
+        (tcp || self.repaired) && !self.arrives_as_copies()
+    }
+
     /// Whether the flow's packets lately came as copies (its sender sends each on several
     /// links): at least one copy for every two packets of the last one to two seconds.
     fn arrives_as_copies(&self) -> bool {
@@ -474,7 +504,7 @@ impl Reorder {
                 continue;
             };
             let first = f.held.values().next().and_then(|h| h.gseq);
-            if first.is_some_and(|g| behind(&self.rx_links, g, now)) {
+            if first.is_some_and(|g| behind(&self.rx_links, f.links(), g, now)) {
                 i += 1;
                 continue;
             }
@@ -514,6 +544,7 @@ impl Reorder {
             key: None,
             counts: FlowCounts::default(),
             play: None,
+            repaired: false,
         })
     }
 
@@ -603,6 +634,9 @@ impl Reorder {
     /// Accepts the first copy of global sequence `gseq`, flow sequence `seq`, which came
     /// over link `link`: [`Self::insert_via`] with the copy remembered for alignment.
     #[allow(clippy::too_many_arguments)]
+    /// `repaired`: the packet came as DATA_RECOVERED (its sender re-sends the flow's
+    /// losses).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert_copy(
         &mut self,
         now: Instant,
@@ -612,8 +646,10 @@ impl Reorder {
         gseq: u64,
         seq: u64,
         data: Vec<u8>,
+        repaired: bool,
     ) {
         self.note_rx(now, link, gseq);
+        Self::flow(&mut self.flows, now, flow).repaired = repaired;
         self.insert_via(now, hold, flow, Some(link), Some(gseq), seq, data);
     }
 
@@ -819,16 +855,13 @@ impl Reorder {
             f.due = None;
             // The first gap's packet may still be on a link that is behind it: its hold
             // time waits until that link passes the gap (`note_rx`), at most the
-            // longest hold from the first packet held. Not in a flow that arrives as
-            // copies (a redundant flow): its copies on the other links were its
-            // protection, and a packet later than its hold is too late for what such a
-            // flow carries; a link that died with a copy on it would otherwise stall the
-            // flow for the longest hold.
-            let first = f.held.values().next().filter(|_| !f.arrives_as_copies());
+            // longest hold from the first packet held, in a flow for which waiting is
+            // worth it (`RxFlow::waits_for_links`).
+            let first = f.held.values().next().filter(|_| f.waits_for_links());
             let until = first.and_then(|h| {
                 let g = h.gseq?;
                 let until = h.arrived + self.max_extra;
-                (now < until && behind(&self.rx_links, g, now)).then_some(until)
+                (now < until && behind(&self.rx_links, f.links(), g, now)).then_some(until)
             });
             if let Some(until) = until {
                 for h in f.held.values_mut().filter(|h| h.deadline <= now) {
@@ -1091,6 +1124,7 @@ mod tests {
                     c.seq,
                     c.seq,
                     c.seq.to_be_bytes().to_vec(),
+                    true,
                 ),
                 _ => r.note_copy(c.at, FlowId(1), c.seq, c.link),
             }
@@ -1231,15 +1265,15 @@ mod tests {
     fn flow1_on_two_links(max: Duration) -> Reorder {
         let mut r = Reorder::new(100, 0);
         r.max_extra = max;
-        r.insert_copy(t(0), HOLD, FlowId(1), 0, 0, 0, vec![0]);
-        r.insert_copy(t(1), HOLD, FlowId(1), 1, 2, 1, vec![1]);
+        r.insert_copy(t(0), HOLD, FlowId(1), 0, 0, 0, vec![0], true);
+        r.insert_copy(t(1), HOLD, FlowId(1), 1, 2, 1, vec![1], true);
         assert_eq!(drain(&mut r), vec![0, 1]);
         r
     }
 
     /// Flow 1's packet `s` at `ms` over `link`.
     fn flow1(r: &mut Reorder, ms: u64, link: usize, s: u64) {
-        r.insert_copy(t(ms), HOLD, FlowId(1), link, 2 * s, s, vec![s as u8]);
+        r.insert_copy(t(ms), HOLD, FlowId(1), link, 2 * s, s, vec![s as u8], true);
     }
 
     #[test]
@@ -1288,7 +1322,7 @@ mod tests {
         }
         // Link 1 keeps delivering, another flow's packet bound between 1 and 2, past the
         // hold time of 3: the gap waits.
-        r.insert_copy(t(40), HOLD, FlowId(2), 1, 3, 0, vec![9]);
+        r.insert_copy(t(40), HOLD, FlowId(2), 1, 3, 0, vec![9], true);
         assert_eq!(drain(&mut r), vec![9]);
         assert_eq!(
             at(&mut r, t(80)),
@@ -1299,6 +1333,45 @@ mod tests {
         flow1(&mut r, 90, 1, 2);
         assert_eq!(drain(&mut r), vec![2, 3, 4, 5]);
         assert_eq!(r.stats.gaps_skipped, 0);
+    }
+
+    #[test]
+    fn a_gap_of_a_flow_whose_losses_nobody_repairs_is_given_up_at_its_hold_time() {
+        // As above, but flow 1 is neither TCP nor re-sent by its sender (a call): a packet
+        // later than its hold is as good as lost to it, so the gap is not held for link 1.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        let flow1 = |r: &mut Reorder, ms: u64, link: usize, s: u64| {
+            r.insert_copy(t(ms), HOLD, FlowId(1), link, 2 * s, s, vec![s as u8], false)
+        };
+        flow1(&mut r, 0, 0, 0);
+        flow1(&mut r, 1, 1, 1);
+        assert_eq!(drain(&mut r), vec![0, 1]);
+        for s in 3..6 {
+            flow1(&mut r, s, 0, s);
+        }
+        r.insert_copy(t(40), HOLD, FlowId(2), 1, 3, 0, vec![9], true);
+        assert_eq!(drain(&mut r), vec![9]);
+        assert_eq!(at(&mut r, t(53)), vec![3, 4, 5], "at 3's hold time");
+        assert_eq!(r.stats.waited_for_links, 0);
+        assert_eq!(r.stats.gaps_skipped, 1);
+    }
+
+    #[test]
+    fn a_gap_does_not_wait_for_a_link_its_flow_has_not_used() {
+        // Flow 1 (re-sent by its sender) comes over link 0 only and loses 2; link 1
+        // carries another flow, and has not passed 2: it cannot hold flow 1's packet.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        r.insert_copy(t(0), HOLD, FlowId(2), 1, 1, 0, vec![9], true);
+        for s in [0, 1, 3, 4, 5] {
+            flow1(&mut r, s, 0, s);
+        }
+        assert_eq!(drain(&mut r), vec![9, 0, 1]);
+        r.insert_copy(t(40), HOLD, FlowId(2), 1, 5, 1, vec![9], true);
+        assert_eq!(at(&mut r, t(53)), vec![9, 3, 4, 5], "at 3's hold time");
+        assert_eq!(r.stats.waited_for_links, 0);
+        assert_eq!(r.stats.gaps_skipped, 1);
     }
 
     #[test]
@@ -1336,11 +1409,11 @@ mod tests {
         let mut r = Reorder::new(100, 0);
         r.max_extra = ms(500);
         for s in 0..10 {
-            r.insert_copy(t(20 * s), HOLD, FlowId(1), 0, s, s, vec![s as u8]);
+            r.insert_copy(t(20 * s), HOLD, FlowId(1), 0, s, s, vec![s as u8], true);
             r.note_copy(t(20 * s + 15), FlowId(1), s, 1);
         }
         assert_eq!(drain(&mut r).len(), 10);
-        r.insert_copy(t(235), HOLD, FlowId(1), 1, 11, 11, vec![11]);
+        r.insert_copy(t(235), HOLD, FlowId(1), 1, 11, 11, vec![11], true);
         assert_eq!(at(&mut r, t(284)), Vec::<u8>::new());
         assert_eq!(at(&mut r, t(285)), vec![11], "given up at 11's hold time");
         assert_eq!(r.stats.gaps_skipped, 1);

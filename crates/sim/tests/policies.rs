@@ -362,3 +362,24 @@ fn aggregate_download_through_hidden_bottlenecks_does_not_stall() {
         assert!(bulk.max_gap_ms < 600.0, "{delay} ms: {bulk:?}");
     }
 }
+
+/// Under the default policy (`min-rtt`), a download over a DSL line that loses 0.5 % of
+/// its packets (asymmetric.toml, the LTE link beside it idle): the tunnel re-sends the
+/// TCP flow's losses on the other link, so the flow does not take them for congestion,
+/// and the call that shares the line's uplink does not wait at the receiver for a link
+/// its packets did not take. Three seeds. Measured: 11.1-11.3 Mb/s, the call's p99
+/// 25-36 ms; before, 4.2-5.4 Mb/s and 26-237 ms.
+#[test]
+fn a_min_rtt_download_over_a_lossy_link_keeps_its_rate_and_the_call_its_latency() {
+    let base = with(&scenario("asymmetric.toml"), &["late.policy=\"min-rtt\""]);
+    let (mut download, mut call) = (0.0, 0.0);
+    for seed in ["scenario.seed=1", "scenario.seed=2", "scenario.seed=3"] {
+        let r = run(&with(&base, &[seed]), Mode::Late).unwrap();
+        download += flow(&r, "download").goodput_mbps / 3.0;
+        call += flow(&r, "voice").latency_ms.p99 / 3.0;
+        let e = r.engine.as_ref().expect("engine counters");
+        assert!(e.reinjected_lost > 100, "{seed}: {e:?}");
+    }
+    assert!(download > 10.0, "{download} Mb/s");
+    assert!(call < 50.0, "{call} ms");
+}

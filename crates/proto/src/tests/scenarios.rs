@@ -1298,3 +1298,48 @@ fn a_lost_link_status_is_announced_again() {
         .count();
     assert!(on_0 >= 90, "{on_0}");
 }
+
+/// A `min-rtt` TCP flow's packet lost on a link that works comes by another link (4.4),
+/// as an aggregate flow's does: TCP would take the loss for congestion and halve its
+/// window. A flow of other datagrams (a call) is left to its transport: a packet a round
+/// trip late is of no use to it. Link 0 (the flow's, the sooner) drops every tenth data
+/// datagram.
+#[test]
+fn a_min_rtt_tcp_packet_lost_on_a_working_link_comes_by_another() {
+    let run = |tcp: bool| {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)).rate_bps(20e6))
+            .link(LinkSpec::new(ms(15)).rate_bps(20e6))
+            .drop_fn(Box::new(|d| {
+                d.from == Side::Client
+                    && d.link == LinkId(0)
+                    && d.data_index.is_some_and(|k| k % 10 == 3)
+            }))
+            .build();
+        let start = at_ms(200);
+        for seq in 0..400u32 {
+            let packet = if tcp {
+                crate::classify::test_tcp(9500, seq, 0x18, &[], 1000)
+            } else {
+                FlowSpec::bulk(9500, 1000).packet(seq)
+            };
+            pair.send_at(start + ms(1) * seq, Side::Client, packet);
+        }
+        pair.drive_until(start + ms(3000));
+        let dropped = pair
+            .dropped
+            .iter()
+            .filter(|r| r.carries_data && r.from == Side::Client)
+            .count();
+        let delivered = pair.delivered[1].len();
+        (dropped, delivered, pair.client.stats().reinjected_lost)
+    };
+    let (dropped, delivered, resent) = run(true);
+    assert!(dropped >= 30, "{dropped} dropped");
+    assert_eq!(delivered, 400);
+    assert!(resent >= dropped as u64, "{resent} re-sent of {dropped}");
+    let (dropped, delivered, resent) = run(false);
+    assert!(dropped >= 30, "{dropped} dropped");
+    assert_eq!(delivered, 400 - dropped);
+    assert_eq!(resent, 0);
+}
