@@ -572,20 +572,33 @@ impl V<'_> {
                 .map_err(|e| self.err(format!("{section}.reinjection"), format!("{t:?}"), &e))?,
             None => defaults.reinjection,
         };
-        let floor = match floor_ms {
-            Some(ms) if ms.is_finite() && (0.0..=10_000.0).contains(&ms) => {
-                Duration::from_secs_f64(ms / 1e3)
-            }
-            Some(ms) => {
-                return Err(self.err(
-                    format!("{section}.rej_min_ms"),
-                    ms,
-                    "a time from 0 to 10000 ms",
-                ));
-            }
-            None => defaults.rej_min,
-        };
+        let floor = self.millis(
+            format!("{section}.rej_min_ms"),
+            floor_ms,
+            0.0..=10_000.0,
+            "a time from 0 to 10000 ms",
+            defaults.rej_min,
+        )?;
         Ok((timer, floor))
+    }
+
+    /// A time given in milliseconds under `key`: within `range`, else an error naming
+    /// the key, the value and `expected`; `default` when absent.
+    fn millis(
+        &self,
+        key: String,
+        ms: Option<f64>,
+        range: core::ops::RangeInclusive<f64>,
+        expected: &str,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match ms {
+            Some(ms) if ms.is_finite() && range.contains(&ms) => {
+                Ok(Duration::from_secs_f64(ms / 1e3))
+            }
+            Some(ms) => Err(self.err(key, ms, expected)),
+            None => Ok(default),
+        }
     }
 
     fn rate_control(
@@ -595,50 +608,36 @@ impl V<'_> {
         max_queue_ms: Option<f64>,
     ) -> Result<(bool, Duration), ConfigError> {
         let defaults = latebind_proto::Config::default();
-        let max_queue = match max_queue_ms {
-            Some(ms) if ms.is_finite() && (1.0..=1_000.0).contains(&ms) => {
-                Duration::from_secs_f64(ms / 1e3)
-            }
-            Some(ms) => {
-                return Err(self.err(
-                    format!("{section}.rate_control_max_queue_ms"),
-                    ms,
-                    "a time from 1 to 1000 ms",
-                ));
-            }
-            None => defaults.rate_control_max_queue,
-        };
+        let max_queue = self.millis(
+            format!("{section}.rate_control_max_queue_ms"),
+            max_queue_ms,
+            1.0..=1_000.0,
+            "a time from 1 to 1000 ms",
+            defaults.rate_control_max_queue,
+        )?;
         Ok((on.unwrap_or(defaults.rate_control), max_queue))
     }
 
     fn codel_target(&self, section: &str, ms: Option<f64>) -> Result<Duration, ConfigError> {
-        match ms {
-            Some(ms) if ms.is_finite() && (1.0..=1_000.0).contains(&ms) => {
-                Ok(Duration::from_secs_f64(ms / 1e3))
-            }
-            Some(ms) => Err(self.err(
-                format!("{section}.codel_target_ms"),
-                ms,
-                "a time from 1 to 1000 ms",
-            )),
-            None => Ok(latebind_proto::Config::default().codel_target),
-        }
+        self.millis(
+            format!("{section}.codel_target_ms"),
+            ms,
+            1.0..=1_000.0,
+            "a time from 1 to 1000 ms",
+            latebind_proto::Config::default().codel_target,
+        )
     }
 
     fn ack_ride_wait(&self, section: &str, ms: Option<f64>) -> Result<Duration, ConfigError> {
         let defaults = latebind_proto::Config::default();
         let most = defaults.max_ack_delay.as_secs_f64() * 1e3;
-        match ms {
-            Some(ms) if ms.is_finite() && (0.0..=most).contains(&ms) => {
-                Ok(Duration::from_secs_f64(ms / 1e3))
-            }
-            Some(ms) => Err(self.err(
-                format!("{section}.ack_ride_wait_ms"),
-                ms,
-                &format!("a time from 0 ms up to the acknowledgement delay ({most} ms)"),
-            )),
-            None => Ok(defaults.ack_ride_wait),
-        }
+        self.millis(
+            format!("{section}.ack_ride_wait_ms"),
+            ms,
+            0.0..=most,
+            &format!("a time from 0 ms up to the acknowledgement delay ({most} ms)"),
+            defaults.ack_ride_wait,
+        )
     }
 
     fn policies(

@@ -1670,6 +1670,8 @@ impl Endpoint {
         self.next_global_seq += 1;
         self.write_header(li, buf);
         self.ride_ack(now, li, buf, queued.data.len());
+        // Read from the packet, not the flow's key: the shared overflow queue (flow table
+        // full) mixes connections.
         let recover = kind == PolicyKind::Aggregate
             || kind == PolicyKind::MinRtt && crate::classify::is_tcp(&queued.data);
         wire::emit_data(
@@ -1758,13 +1760,12 @@ impl Endpoint {
         }
         let with_time = l.rx.ack_wanted
             && room.is_none_or(|r| r >= wire::ack_frame_len(1) + wire::RX_TIME_FRAME_LEN);
-        let room = room.map(|r| {
-            if with_time {
-                r - wire::RX_TIME_FRAME_LEN
-            } else {
-                r
-            }
-        });
+        let time_len = if with_time {
+            wire::RX_TIME_FRAME_LEN
+        } else {
+            0
+        };
+        let room = room.map(|r| r - time_len);
         self.stats.acks_ridden += 1;
         self.write_ack(now, li, buf, with_time, room);
     }

@@ -281,10 +281,12 @@ impl RxState {
             self.ack_deadline = Some(now);
             self.ack_wanted = true;
         } else if self.unacked_eliciting >= every {
-            if self.ride_watch.is_some_and(|d| now - d > ride_wait) {
-                self.ride_outcome(false);
+            if !ride_wait.is_zero() {
+                if self.ride_watch.is_some_and(|d| now - d > ride_wait) {
+                    self.ride_outcome(false);
+                }
+                self.ride_watch.get_or_insert(now);
             }
-            self.ride_watch.get_or_insert(now);
             // A second packet while the acknowledgement waits: it goes now, before it
             // acknowledges more than `every` packets at once (the peer's window and
             // delivery rate follow the acknowledgements' pace).
@@ -303,14 +305,16 @@ impl RxState {
 
     /// A data packet leaves on this link now: an acknowledgement that fell due up to
     /// `ride_wait` ago could ride on it (and did, if it waited).
+    /// (Nothing to watch with no wait: the acknowledgement went at once.)
     pub(crate) fn on_data_sent(&mut self, now: Instant, ride_wait: Duration) {
-        if let Some(d) = self.ride_watch {
+        if let Some(d) = self.ride_watch.filter(|_| !ride_wait.is_zero()) {
             self.ride_outcome(now - d <= ride_wait);
         }
     }
 
     fn ride_outcome(&mut self, rode: bool) {
-        self.ride_odds += (f64::from(u8::from(rode)) - self.ride_odds) / 8.0;
+        let outcome = if rode { 1.0 } else { 0.0 };
+        self.ride_odds += (outcome - self.ride_odds) / 8.0;
         self.ride_watch = None;
     }
 

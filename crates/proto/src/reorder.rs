@@ -628,12 +628,11 @@ impl Reorder {
         seq: u64,
         data: Vec<u8>,
     ) {
-        self.insert_via(now, hold, flow, None, None, seq, data);
+        self.insert_via(now, hold, flow, None, None, seq, data, false);
     }
 
     /// Accepts the first copy of global sequence `gseq`, flow sequence `seq`, which came
     /// over link `link`: [`Self::insert_via`] with the copy remembered for alignment.
-    #[allow(clippy::too_many_arguments)]
     /// `repaired`: the packet came as DATA_RECOVERED (its sender re-sends the flow's
     /// losses).
     #[allow(clippy::too_many_arguments)]
@@ -649,8 +648,7 @@ impl Reorder {
         repaired: bool,
     ) {
         self.note_rx(now, link, gseq);
-        Self::flow(&mut self.flows, now, flow).repaired = repaired;
-        self.insert_via(now, hold, flow, Some(link), Some(gseq), seq, data);
+        self.insert_via(now, hold, flow, Some(link), Some(gseq), seq, data, repaired);
     }
 
     /// Accepts a packet that passed duplicate suppression, which came over link `link`
@@ -666,9 +664,11 @@ impl Reorder {
         gseq: Option<u64>,
         seq: u64,
         data: Vec<u8>,
+        repaired: bool,
     ) {
         let extra = self.extra_hold(now);
         let f = Self::flow(&mut self.flows, now, flow);
+        f.repaired = repaired;
         if let Some(l) = link {
             Self::note(f, now, l);
             f.window[0].firsts = f.window[0].firsts.saturating_add(1);
