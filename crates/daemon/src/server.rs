@@ -120,6 +120,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let codel_target = cfg.codel_target;
     let ack_ride_wait = cfg.ack_ride_wait;
     let ack_filter = s.ack_filter;
+    let header_compression = s.header_compression;
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
@@ -264,6 +265,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         config.ack_ride_wait = ack_ride_wait;
                                         if let Some(on) = ack_filter {
                                             config.ack_filter = on;
+                                        }
+                                        if let Some(on) = header_compression {
+                                            config.header_compression = on;
                                         }
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)

@@ -148,6 +148,22 @@ pub struct EngineCounters {
     /// RX_TIME frames sent (one-way delay samples for the peer's rate control).
     #[serde(default)]
     pub rx_times_sent: u64,
+    /// Header compression: DATA_TEMPLATE frames sent.
+    #[serde(default)]
+    pub templates_sent: u64,
+    /// DATA_COMPACT frames sent.
+    #[serde(default)]
+    pub compact_sent: u64,
+    /// Bytes the DATA_COMPACT frames sent saved against DATA frames.
+    #[serde(default)]
+    pub compact_saved_bytes: u64,
+    /// DATA_TEMPLATE frames received.
+    #[serde(default)]
+    pub templates_received: u64,
+    /// DATA_COMPACT frames dropped: no template of their generation, or a body that does
+    /// not fit it.
+    #[serde(default)]
+    pub compact_undecodable: u64,
     /// Inner packets sent in a datagram larger than their link carries whole (no link up
     /// did; the kernel fragments them).
     #[serde(default)]
@@ -407,6 +423,11 @@ impl SessionStatus {
                 acks_sent: st.acks_sent,
                 acks_ridden: st.acks_ridden,
                 rx_times_sent: st.rx_times_sent,
+                templates_sent: st.templates_sent,
+                compact_sent: st.compact_sent,
+                compact_saved_bytes: st.compact_saved_bytes,
+                templates_received: st.templates_received,
+                compact_undecodable: st.compact_undecodable,
                 data_oversized: st.data_oversized,
                 too_big_dropped: st.too_big_dropped,
                 too_big_signalled: st.too_big_signalled,
@@ -546,6 +567,15 @@ impl Status {
                 e.acks_ridden,
                 e.acks_sent.saturating_sub(e.acks_ridden),
                 e.rx_times_sent,
+            );
+            let _ = writeln!(
+                s,
+                "  headers: compact {} templates {} saved {} B  received templates {} undecodable {}",
+                e.compact_sent,
+                e.templates_sent,
+                e.compact_saved_bytes,
+                e.templates_received,
+                e.compact_undecodable,
             );
             let _ = writeln!(
                 s,

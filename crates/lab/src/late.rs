@@ -23,7 +23,8 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
-//!   `tun_offload`, `ack_filter` and `ack_ride_wait_ms` go into both files.
+//!   `tun_offload`, `ack_filter`, `header_compression` and `ack_ride_wait_ms` go into
+//!   both files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
@@ -93,6 +94,11 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
     writeln!(engine, "codel_target_ms = {:?}", spec.late.codel_target_ms)?;
     writeln!(engine, "tun_offload = {}", spec.late.tun_offload)?;
     writeln!(engine, "ack_filter = {}", spec.late.ack_filter)?;
+    writeln!(
+        engine,
+        "header_compression = {}",
+        spec.late.header_compression
+    )?;
     writeln!(
         engine,
         "ack_ride_wait_ms = {:?}",
@@ -359,6 +365,19 @@ pub fn engine_report(
             client.map_or(0, |s| s.engine.rx_times_sent),
             server.map_or(0, |s| s.engine.rx_times_sent),
         ],
+        compact_sent: [
+            client.map_or(0, |s| s.engine.compact_sent),
+            server.map_or(0, |s| s.engine.compact_sent),
+        ],
+        templates_sent: [
+            client.map_or(0, |s| s.engine.templates_sent),
+            server.map_or(0, |s| s.engine.templates_sent),
+        ],
+        compact_saved_bytes: [
+            client.map_or(0, |s| s.engine.compact_saved_bytes),
+            server.map_or(0, |s| s.engine.compact_saved_bytes),
+        ],
+        compact_undecodable: sum(&|s| s.engine.compact_undecodable),
         reorder_held: sum(&|s| s.engine.reorder_held),
         reorder_gaps_skipped: sum(&|s| s.engine.reorder_gaps_skipped),
         late_delivered: sum(&|s| s.engine.late_delivered),

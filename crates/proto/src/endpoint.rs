@@ -27,6 +27,7 @@ use core::time::Duration;
 use thiserror::Error;
 
 use crate::classify::{ClassifyError, classify};
+use crate::compact::TxForm;
 use crate::config::{Config, ConfigError, LinkConfig, ReinjectTimer, Role};
 use crate::fq::{Decision, FlowQueues, QueueStats};
 use crate::ids::LinkId;
@@ -263,6 +264,17 @@ pub struct EndpointStats {
     pub redundant_copies_sent: u64,
     /// Copies given up: no other link could take them within a round trip.
     pub redundant_copies_expired: u64,
+    /// Header compression (`docs/protocol.md` 3.9), sending: DATA_TEMPLATE frames sent.
+    pub templates_sent: u64,
+    /// DATA_COMPACT frames sent.
+    pub compact_sent: u64,
+    /// Bytes the DATA_COMPACT frames sent saved against DATA frames.
+    pub compact_saved_bytes: u64,
+    /// Receiving: DATA_TEMPLATE frames received.
+    pub templates_received: u64,
+    /// DATA_COMPACT frames dropped: no template of their generation in their slot, or a
+    /// body that does not fit its template.
+    pub compact_undecodable: u64,
 }
 
 /// A tunnel endpoint.
@@ -280,6 +292,9 @@ pub struct Endpoint {
     reorder: Reorder,
     events: VecDeque<Event>,
     stats: EndpointStats,
+    /// Header compression: this end's template slots (sending) and the peer's (receiving).
+    compressor: crate::compact::Compressor,
+    decompressor: crate::compact::Decompressor,
     next_loss_report: Instant,
     loss_report_due: bool,
     next_housekeeping: Instant,
@@ -373,6 +388,8 @@ impl Endpoint {
             reinject_state: BTreeMap::new(),
             reinject_scratch: Vec::new(),
             reinject_views: Vec::new(),
+            compressor: Default::default(),
+            decompressor: Default::default(),
             fit_views: Vec::new(),
             local_out: VecDeque::new(),
             too_big_budget: TooBigBudget {
@@ -831,6 +848,9 @@ impl Endpoint {
                     // ones included, shows the link is alive: it re-arms the timer.
                     self.links[i].last_ack_time = now;
                 }
+                for &(slot, generation) in &out.templates_acked {
+                    self.compressor.on_template_acked(slot, generation);
+                }
                 let mut spurious = false;
                 for g in &out.reinjected_acked {
                     spurious |= self.on_original_acked(*g);
@@ -910,11 +930,48 @@ impl Endpoint {
 
     fn on_data(&mut self, now: Instant, arrived_on: usize, data: wire::DataFrame<'_>) {
         self.stats.data_received += 1;
-        let flow = crate::ids::FlowId(data.flow_id);
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        let flow_id = match data.form {
+            wire::DataForm::Full => {
+                buf.extend_from_slice(data.payload);
+                data.flow_id
+            }
+            wire::DataForm::Template {
+                slot,
+                generation,
+                hlen,
+                ipv4_checksum,
+            } => {
+                // Kept even from a duplicate: the sender counts on it once any copy is
+                // acknowledged (3.9).
+                self.stats.templates_received += 1;
+                let template = &data.payload[..usize::from(hlen)];
+                self.decompressor
+                    .store(slot, generation, data.flow_id, template, ipv4_checksum);
+                buf.extend_from_slice(data.payload);
+                data.flow_id
+            }
+            wire::DataForm::Compact { slot, generation } => {
+                match self
+                    .decompressor
+                    .expand(slot, generation, data.payload, &mut buf)
+                {
+                    Ok(flow_id) => flow_id,
+                    Err(_) => {
+                        self.stats.compact_undecodable += 1;
+                        self.recycle(buf);
+                        return;
+                    }
+                }
+            }
+        };
+        let flow = crate::ids::FlowId(flow_id);
         let gseq = wire::expand(data.global_seq, self.dedup.expected());
         match self.dedup.check_and_insert(gseq) {
             Seen::New => {}
             seen => {
+                self.recycle(buf);
                 if seen == Seen::Duplicate {
                     self.stats.duplicate_data += 1;
                 } else {
@@ -931,9 +988,6 @@ impl Endpoint {
             }
         }
         let fseq = wire::expand(data.flow_seq, self.reorder.expected(flow));
-        let mut buf = self.pool.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(data.payload);
         let mut hold = self.hold_time_at(now);
         if data.recovered
             && self.config.reorder_hold.is_none()
@@ -966,6 +1020,12 @@ impl Endpoint {
         }
         for p in lost.drain(..) {
             if let Some(d) = p.data {
+                if let TxForm::Template {
+                    slot, generation, ..
+                } = d.form
+                {
+                    self.compressor.on_template_lost(slot, generation);
+                }
                 if d.taken {
                     self.reinject_state.remove(&d.global_seq);
                 } else if d.recover
@@ -1554,17 +1614,21 @@ impl Endpoint {
             remaining,
         } = queue.pop_front().expect("checked");
         self.note_oversized(li, data.payload.len());
+        // The form it was first sent in, as far as it still holds: its template is still
+        // in its slot, a template fits this link.
+        data.form = match data.form {
+            TxForm::Compact { slot, generation }
+                if self.compressor.template(slot, generation).is_none() =>
+            {
+                TxForm::Full
+            }
+            TxForm::Template { .. } if !self.template_fits(li, data.payload.len()) => TxForm::Full,
+            form => form,
+        };
         self.write_header(li, buf);
-        self.ride_ack(now, li, buf, data.payload.len());
-        wire::emit_data(
-            buf,
-            data.global_seq as u32,
-            data.flow.0,
-            data.flow_seq as u32,
-            &data.payload,
-            data.recover,
-        )
-        .expect("the packet fitted a DATA frame when first sent");
+        let frame_len = self.data_frame_len(data.form, &data.payload);
+        self.ride_ack(now, li, buf, frame_len);
+        self.emit_data_frame(buf, &data);
         data.sent_on |= link_bit(self.links[li].id);
         match which {
             Again::Reinject => {
@@ -1668,23 +1732,16 @@ impl Endpoint {
         // The binding point: only now does the packet get its link, numbers and header.
         let gseq = self.next_global_seq;
         self.next_global_seq += 1;
-        self.write_header(li, buf);
-        self.ride_ack(now, li, buf, queued.data.len());
         // Read from the packet, not the flow's key: the shared overflow queue (flow table
         // full) mixes connections.
         let recover = kind == PolicyKind::Aggregate
             || kind == PolicyKind::MinRtt && crate::classify::is_tcp(&queued.data);
-        wire::emit_data(
-            buf,
-            gseq as u32,
-            flow.0,
-            flow_seq as u32,
-            &queued.data,
-            recover,
-        )
-        .expect("tun packets are checked against the DATA frame limit");
-        self.stats.data_bound += 1;
-        self.links[li].stats.data_sent += 1;
+        let form = if self.config.header_compression {
+            let fits = self.template_fits(li, queued.data.len());
+            self.compressor.form(now, flow, &queued.data, fits)
+        } else {
+            TxForm::Full
+        };
         let data = SentData {
             payload: queued.data,
             global_seq: gseq,
@@ -1693,7 +1750,14 @@ impl Endpoint {
             sent_on: link_bit(self.links[li].id),
             taken: false,
             recover,
+            form,
         };
+        self.write_header(li, buf);
+        let frame_len = self.data_frame_len(form, &data.payload);
+        self.ride_ack(now, li, buf, frame_len);
+        self.emit_data_frame(buf, &data);
+        self.stats.data_bound += 1;
+        self.links[li].stats.data_sent += 1;
         if kind == PolicyKind::Redundant {
             let links = match self.config.redundant_links {
                 0 => self.links.len(),
@@ -1733,6 +1797,77 @@ impl Endpoint {
         .emit(buf);
     }
 
+    /// Whether link `li` carries a `len`-byte packet whole as DATA_TEMPLATE, the largest
+    /// of the data frames.
+    fn template_fits(&self, li: usize, len: usize) -> bool {
+        self.links[li]
+            .max_datagram()
+            .is_none_or(|max| wire::HEADER_LEN + wire::DATA_TEMPLATE_HEADER_LEN + len <= max)
+    }
+
+    /// The length of the data frame that carries `packet` as `form`.
+    fn data_frame_len(&self, form: TxForm, packet: &[u8]) -> usize {
+        match form {
+            TxForm::Full => wire::data_frame_len(packet.len()),
+            TxForm::Template { .. } => wire::DATA_TEMPLATE_HEADER_LEN + packet.len(),
+            TxForm::Compact { slot, generation } => {
+                let (template, ipv4_checksum) = self
+                    .compressor
+                    .template(slot, generation)
+                    .unwrap_or_default();
+                wire::DATA_COMPACT_HEADER_LEN
+                    + crate::compact::body_len(template, packet, ipv4_checksum)
+                        .unwrap_or(packet.len())
+            }
+        }
+    }
+
+    /// Appends the data frame of `data` in its form (3.4, 3.9, 3.10).
+    fn emit_data_frame(&mut self, buf: &mut Vec<u8>, data: &SentData) {
+        let n = wire::DataNumbers {
+            global_seq: data.global_seq as u32,
+            flow_id: data.flow.0,
+            flow_seq: data.flow_seq as u32,
+            recovered: data.recover,
+        };
+        let packet = &data.payload;
+        let result = match data.form {
+            TxForm::Full => wire::emit_data(
+                buf,
+                n.global_seq,
+                n.flow_id,
+                n.flow_seq,
+                packet,
+                n.recovered,
+            ),
+            TxForm::Template {
+                slot,
+                generation,
+                hlen,
+                ipv4_checksum,
+            } => {
+                self.stats.templates_sent += 1;
+                wire::emit_data_template(buf, n, slot, generation, hlen, ipv4_checksum, packet)
+            }
+            TxForm::Compact { slot, generation } => {
+                let (template, ipv4_checksum) = self
+                    .compressor
+                    .template(slot, generation)
+                    .expect("a compact form is chosen only while its template is held");
+                let before = buf.len();
+                // (The generation's low bits: the wire keeps what fits.)
+                let sent = wire::emit_data_compact(buf, n, slot, generation as u8, |out| {
+                    crate::compact::encode(template, packet, ipv4_checksum, out)
+                });
+                self.stats.compact_sent += 1;
+                self.stats.compact_saved_bytes +=
+                    wire::data_frame_len(packet.len()).saturating_sub(buf.len() - before) as u64;
+                sent
+            }
+        };
+        result.expect("tun packets are checked against the DATA frame limit");
+    }
+
     /// The link's acknowledgement, if one is pending, on the data packet being written
     /// (its header in `buf`, `payload` bytes of DATA to follow), as far as it fits the
     /// link's largest datagram: the newest ranges that fit, older ones left out (an ACK
@@ -1742,7 +1877,7 @@ impl Endpoint {
     /// packet only `ack_ride_wait`) brings its RX_TIME frame along where that fits too:
     /// the peer's rate control then has the same one-way delay samples as if it had gone
     /// alone, for 19 bytes on this datagram instead of a datagram of its own.
-    fn ride_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, payload: usize) {
+    fn ride_ack(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, frame_len: usize) {
         let l = &mut self.links[li];
         l.rx.on_data_sent(now, self.config.ack_ride_wait);
         if l.rx.ack_deadline.is_none() {
@@ -1750,7 +1885,7 @@ impl Endpoint {
         }
         let room = l
             .max_datagram()
-            .map(|max| max.saturating_sub(buf.len() + wire::DATA_FRAME_HEADER_LEN + payload));
+            .map(|max| max.saturating_sub(buf.len() + frame_len));
         if room.is_some_and(|r| r < wire::ack_frame_len(1)) {
             if !l.rx.ack_rides_not {
                 l.rx.ack_rides_not = true;

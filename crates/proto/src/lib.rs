@@ -11,6 +11,7 @@
 //! - [`ids`]: `LinkId`, `FlowId`.
 //! - [`config`]: `Config` and `LinkConfig` with documented defaults and validation.
 //! - [`classify`]: inner IP packet -> flow key, DSCP, ECN; CE marking.
+//! - `compact`: inner header compression: template slots, compact bodies (§3.9, §3.10).
 //! - `fq`: per-flow queues above the binding point (DRR, sparse and DSCP priority,
 //!   per-flow CoDel, limits with drop-from-fattest).
 //! - [`link`]: per-link RTT, loss detection, rates, pacer, budget below the binding point,
@@ -26,6 +27,7 @@
 
 mod cc;
 pub mod classify;
+mod compact;
 pub mod config;
 pub mod endpoint;
 mod fq;

@@ -96,6 +96,8 @@ pub(crate) struct SentData {
     /// Declared lost on a link that works, it is sent again on another link (a packet of
     /// an aggregate flow, 4.4).
     pub(crate) recover: bool,
+    /// How its DATA frame carried it (header compression, 3.9).
+    pub(crate) form: crate::compact::TxForm,
 }
 
 /// The bit of a link in [`SentData::sent_on`].
@@ -758,6 +760,9 @@ pub(crate) struct AckOutcome {
     /// Global sequences of acknowledged packets whose inner packet had been taken for
     /// reinjection: the original arrived after all.
     pub(crate) reinjected_acked: Vec<u64>,
+    /// (slot, generation) of the header templates the acknowledged packets carried
+    /// (3.9): the peer holds them.
+    pub(crate) templates_acked: Vec<(u16, u16)>,
 }
 
 impl Link {
@@ -1212,6 +1217,12 @@ impl Link {
                     self.last_sampled = Some((pn, p.time));
                 }
                 if let Some(d) = p.data {
+                    if let crate::compact::TxForm::Template {
+                        slot, generation, ..
+                    } = d.form
+                    {
+                        out.templates_acked.push((slot, generation));
+                    }
                     if d.taken {
                         out.reinjected_acked.push(d.global_seq);
                     } else if recycle.len() < RECYCLE_LIMIT {

@@ -29,6 +29,9 @@
 //! | 0x06 | RX_TIME     | link u16, pn u64, received_us u64                                  | no  |
 //! | 0x07 | DATA_RECOVERED | as DATA; the sender re-sends the flow's packets lost on a working link | yes |
 //! | 0x08 | LINK_MTU    | link u16, max_datagram u16                                         | no  |
+//! | 0x09 | DATA_TEMPLATE | global_seq u32, flow_id u32, flow_seq u32, flags u8, slot u16, generation u16, hlen u8, len u16, len bytes: the packet, whose first hlen bytes become the template of `slot` | yes |
+//! | 0x0A | DATA_COMPACT | global_seq u32, flow_seq u32, slot u16 (its top 6 bits: the template's generation), then to the end of the datagram: the packet as a difference from the template | yes |
+//! | 0x0B | DATA_COMPACT_RECOVERED | as DATA_COMPACT; the sender re-sends the flow's packets lost on a working link | yes |
 //!
 //! # Receiving
 //!
@@ -76,6 +79,34 @@ pub const DATA_OVERHEAD: usize = HEADER_LEN + DATA_FRAME_HEADER_LEN;
 /// Largest payload one DATA frame can carry (its `len` field is a u16).
 pub const MAX_DATA_PAYLOAD: usize = u16::MAX as usize;
 
+/// Length of a DATA_TEMPLATE frame without its payload: DATA's fields plus flags, slot,
+/// generation and hlen (§3.9).
+pub const DATA_TEMPLATE_HEADER_LEN: usize = DATA_FRAME_HEADER_LEN + 1 + 2 + 2 + 1;
+
+/// Length of a DATA_COMPACT frame without its body: type, global_seq, flow_seq, and the
+/// slot with the generation's low bits (§3.10). The body runs to the end of the datagram.
+pub const DATA_COMPACT_HEADER_LEN: usize = 1 + 4 + 4 + 2;
+
+/// Bits of a template's generation that a DATA_COMPACT frame carries (the top bits of its
+/// slot field, §3.10).
+pub const COMPACT_GENERATION_BITS: u32 = 6;
+
+/// Header templates a receiver keeps per direction: slots `0 .. MAX_TEMPLATE_SLOTS`
+/// (§3.9).
+pub const MAX_TEMPLATE_SLOTS: usize = 1024;
+
+/// Longest header template, bytes (§3.9).
+pub const MAX_TEMPLATE_LEN: usize = 128;
+
+/// Bit of a DATA_TEMPLATE frame's flags: the packet is one the sender re-sends if a
+/// working link loses it, as DATA_RECOVERED (§3.7).
+const FLAG_RECOVERED: u8 = 0x01;
+/// Bit of a DATA_TEMPLATE frame's flags: the template is an IPv4 header whose checksum
+/// the receiver computes for each packet expanded from it (§3.9).
+const FLAG_IPV4_CHECKSUM: u8 = 0x02;
+/// The slot field's bits that hold the slot; the rest hold the generation (§3.10).
+const SLOT_MASK: u16 = (1 << (16 - COMPACT_GENERATION_BITS)) - 1;
+
 /// Length of a PING frame (§3.1).
 pub const PING_FRAME_LEN: usize = 1;
 
@@ -99,6 +130,9 @@ mod frame_type {
     pub(super) const RX_TIME: u8 = 0x06;
     pub(super) const DATA_RECOVERED: u8 = 0x07;
     pub(super) const LINK_MTU: u8 = 0x08;
+    pub(super) const DATA_TEMPLATE: u8 = 0x09;
+    pub(super) const DATA_COMPACT: u8 = 0x0A;
+    pub(super) const DATA_COMPACT_RECOVERED: u8 = 0x0B;
 }
 
 /// ACK frame length without its extra ranges: type, link, largest, delay, first_range, count.
@@ -132,6 +166,9 @@ pub enum EncodeError {
     /// The DATA payload is longer than [`MAX_DATA_PAYLOAD`] bytes.
     #[error("payload longer than 65535 bytes")]
     TooLong,
+    /// A template slot or length out of range (§3.9).
+    #[error("template slot or length out of range")]
+    Invalid,
 }
 
 /// The datagram header (§2.1).
@@ -189,7 +226,8 @@ pub enum Frame<'a> {
     Ack(AckFrame<'a>),
     /// LOSS_REPORT (§3.3): cumulative per-link receive and loss counts.
     LossReport(LossReport<'a>),
-    /// DATA (§3.4): one inner IP packet.
+    /// DATA (§3.4), DATA_RECOVERED (§3.7), DATA_TEMPLATE (§3.9) or DATA_COMPACT
+    /// (§3.10): one inner IP packet.
     Data(DataFrame<'a>),
     /// LINK_STATUS (§3.5): the sender's local view of one of its links.
     LinkStatus {
@@ -579,7 +617,38 @@ pub const fn loss_report_len(entries: usize) -> usize {
     1 + 1 + n * LOSS_ENTRY_LEN
 }
 
-/// A decoded DATA frame (§3.4), borrowing its payload from the datagram.
+/// How a data frame carries its inner packet (§3.4, §3.9, §3.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataForm {
+    /// DATA or DATA_RECOVERED: the payload is the inner packet.
+    Full,
+    /// DATA_TEMPLATE: the payload is the inner packet, and its first `hlen` bytes become
+    /// the template of `slot`, generation `generation`.
+    Template {
+        /// The template slot, below [`MAX_TEMPLATE_SLOTS`].
+        slot: u16,
+        /// The template's generation in its slot.
+        generation: u16,
+        /// Bytes of the packet that make the template, 1 ..= [`MAX_TEMPLATE_LEN`].
+        hlen: u8,
+        /// The template is an IPv4 header whose checksum (bytes 10 and 11) is left out
+        /// of each compact packet and computed again by the receiver.
+        ipv4_checksum: bool,
+    },
+    /// DATA_COMPACT: the payload is the inner packet written as a difference from the
+    /// template of `slot` (§3.10), and the frame's `flow_id` is 0: the flow is the
+    /// template's. `generation` is the low [`COMPACT_GENERATION_BITS`] bits of the
+    /// template's generation.
+    Compact {
+        /// The template slot, below [`MAX_TEMPLATE_SLOTS`].
+        slot: u16,
+        /// Low bits of the template's generation.
+        generation: u8,
+    },
+}
+
+/// A decoded DATA, DATA_RECOVERED, DATA_TEMPLATE or DATA_COMPACT frame (§3.4, §3.7,
+/// §3.9, §3.10), borrowing its payload from the datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataFrame<'a> {
     /// Low 32 bits of the sender's per-direction global sequence number.
@@ -588,11 +657,14 @@ pub struct DataFrame<'a> {
     pub flow_id: u32,
     /// Low 32 bits of the per-flow sequence number.
     pub flow_seq: u32,
-    /// The inner IP packet.
+    /// The inner IP packet, or with [`DataForm::Compact`] its compact body.
     pub payload: &'a [u8],
-    /// Sent as DATA_RECOVERED: the sender re-sends this flow's packets that a working
-    /// link loses (§3.4), so a gap in it is worth waiting for (§5.2).
+    /// Sent as DATA_RECOVERED (or with the recovered flag): the sender re-sends this
+    /// flow's packets that a working link loses (§3.4), so a gap in it is worth waiting
+    /// for (§5.2).
     pub recovered: bool,
+    /// How `payload` carries the packet.
+    pub form: DataForm,
 }
 
 impl<'a> DataFrame<'a> {
@@ -609,6 +681,61 @@ impl<'a> DataFrame<'a> {
             flow_seq,
             payload,
             recovered,
+            form: DataForm::Full,
+        })
+    }
+
+    /// Decodes the body of a DATA_TEMPLATE frame (after its type byte).
+    fn decode_template(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        let global_seq = r.u32()?;
+        let flow_id = r.u32()?;
+        let flow_seq = r.u32()?;
+        let flags = r.u8()?;
+        let slot = r.u16()?;
+        let generation = r.u16()?;
+        let hlen = r.u8()?;
+        let len = usize::from(r.u16()?);
+        let payload = r.take(len)?;
+        if usize::from(slot) >= MAX_TEMPLATE_SLOTS
+            || hlen == 0
+            || usize::from(hlen) > MAX_TEMPLATE_LEN
+            || usize::from(hlen) > len
+        {
+            return Err(DecodeError::Malformed);
+        }
+        Ok(Self {
+            global_seq,
+            flow_id,
+            flow_seq,
+            payload,
+            recovered: flags & FLAG_RECOVERED != 0,
+            form: DataForm::Template {
+                slot,
+                generation,
+                hlen,
+                ipv4_checksum: flags & FLAG_IPV4_CHECKSUM != 0,
+            },
+        })
+    }
+
+    /// Decodes the body of a DATA_COMPACT or DATA_COMPACT_RECOVERED frame (after its type
+    /// byte): it runs to the end of the datagram.
+    fn decode_compact(r: &mut Reader<'a>, recovered: bool) -> Result<Self, DecodeError> {
+        let global_seq = r.u32()?;
+        let flow_seq = r.u32()?;
+        let field = r.u16()?;
+        let payload = r.rest();
+        *r = Reader::new(&[]);
+        Ok(Self {
+            global_seq,
+            flow_id: 0,
+            flow_seq,
+            payload,
+            recovered,
+            form: DataForm::Compact {
+                slot: field & SLOT_MASK,
+                generation: (field >> (16 - COMPACT_GENERATION_BITS)) as u8,
+            },
         })
     }
 }
@@ -639,6 +766,95 @@ pub fn emit_data(
     out.reserve(h.len() + payload.len());
     out.extend_from_slice(&h);
     out.extend_from_slice(payload);
+    Ok(())
+}
+
+/// The numbers of a data frame (§3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataNumbers {
+    /// Low 32 bits of the global sequence number.
+    pub global_seq: u32,
+    /// The sender's flow id (not carried by DATA_COMPACT: the template's).
+    pub flow_id: u32,
+    /// Low 32 bits of the flow sequence number.
+    pub flow_seq: u32,
+    /// The packet is one the sender re-sends if a working link loses it (§3.7).
+    pub recovered: bool,
+}
+
+/// Appends a DATA_TEMPLATE frame (§3.9): `payload` is the inner packet, and its first
+/// `hlen` bytes become the template of `slot`, generation `generation`; with
+/// `ipv4_checksum` the receiver computes the IPv4 header checksum of each packet expanded
+/// from it.
+///
+/// Returns [`EncodeError::TooLong`], leaving `out` unchanged, if `payload` is longer than
+/// [`MAX_DATA_PAYLOAD`], and [`EncodeError::Invalid`] if `slot` or `hlen` is out of range
+/// (§3.9) or `hlen` is longer than `payload`.
+pub fn emit_data_template(
+    out: &mut Vec<u8>,
+    n: DataNumbers,
+    slot: u16,
+    generation: u16,
+    hlen: u8,
+    ipv4_checksum: bool,
+    payload: &[u8],
+) -> Result<(), EncodeError> {
+    let len = u16::try_from(payload.len()).map_err(|_| EncodeError::TooLong)?;
+    if usize::from(slot) >= MAX_TEMPLATE_SLOTS
+        || hlen == 0
+        || usize::from(hlen) > MAX_TEMPLATE_LEN
+        || usize::from(hlen) > payload.len()
+    {
+        return Err(EncodeError::Invalid);
+    }
+    out.reserve(DATA_TEMPLATE_HEADER_LEN + payload.len());
+    out.push(frame_type::DATA_TEMPLATE);
+    out.extend_from_slice(&n.global_seq.to_be_bytes());
+    out.extend_from_slice(&n.flow_id.to_be_bytes());
+    out.extend_from_slice(&n.flow_seq.to_be_bytes());
+    let mut flags = 0;
+    if n.recovered {
+        flags |= FLAG_RECOVERED;
+    }
+    if ipv4_checksum {
+        flags |= FLAG_IPV4_CHECKSUM;
+    }
+    out.push(flags);
+    out.extend_from_slice(&slot.to_be_bytes());
+    out.extend_from_slice(&generation.to_be_bytes());
+    out.push(hlen);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(payload);
+    Ok(())
+}
+
+/// Appends a DATA_COMPACT frame (§3.10), as DATA_COMPACT_RECOVERED if `n.recovered`,
+/// whose body `body` writes (appending to the buffer it is given): the inner packet as a
+/// difference from the template of `slot`, whose generation's low bits are `generation`.
+/// The body runs to the end of the datagram: nothing may be appended after it.
+///
+/// Returns [`EncodeError::Invalid`], leaving `out` unchanged, if `slot` is out of range.
+pub fn emit_data_compact(
+    out: &mut Vec<u8>,
+    n: DataNumbers,
+    slot: u16,
+    generation: u8,
+    body: impl FnOnce(&mut Vec<u8>),
+) -> Result<(), EncodeError> {
+    if usize::from(slot) >= MAX_TEMPLATE_SLOTS {
+        return Err(EncodeError::Invalid);
+    }
+    out.push(if n.recovered {
+        frame_type::DATA_COMPACT_RECOVERED
+    } else {
+        frame_type::DATA_COMPACT
+    });
+    out.extend_from_slice(&n.global_seq.to_be_bytes());
+    out.extend_from_slice(&n.flow_seq.to_be_bytes());
+    let generation = u16::from(generation) & ((1 << COMPACT_GENERATION_BITS) - 1);
+    let field = slot | generation << (16 - COMPACT_GENERATION_BITS);
+    out.extend_from_slice(&field.to_be_bytes());
+    body(out);
     Ok(())
 }
 
@@ -731,6 +947,11 @@ impl<'a> Iterator for Frames<'a> {
             frame_type::LOSS_REPORT => LossReport::decode(&mut r).map(Frame::LossReport),
             frame_type::DATA => DataFrame::decode(&mut r, false).map(Frame::Data),
             frame_type::DATA_RECOVERED => DataFrame::decode(&mut r, true).map(Frame::Data),
+            frame_type::DATA_TEMPLATE => DataFrame::decode_template(&mut r).map(Frame::Data),
+            frame_type::DATA_COMPACT => DataFrame::decode_compact(&mut r, false).map(Frame::Data),
+            frame_type::DATA_COMPACT_RECOVERED => {
+                DataFrame::decode_compact(&mut r, true).map(Frame::Data)
+            }
             frame_type::LINK_STATUS => decode_link_status(&mut r),
             frame_type::RX_TIME => decode_rx_time(&mut r),
             frame_type::LINK_MTU => r.u16().and_then(|link| {
@@ -977,6 +1198,7 @@ mod tests {
                     flow_seq: 3,
                     payload: b"inner packet",
                     recovered,
+                    form: DataForm::Full,
                 })
             );
         }
@@ -991,6 +1213,139 @@ mod tests {
                 panic!("not data");
             };
             assert_eq!(data.payload, &payload[..]);
+        }
+    }
+
+    #[test]
+    fn data_template_and_compact_have_the_layout_of_3_9_and_3_10() {
+        let n = DataNumbers {
+            global_seq: 1,
+            flow_id: 2,
+            flow_seq: 3,
+            recovered: true,
+        };
+        let d =
+            datagram(|out| emit_data_template(out, n, 0x0102, 0x0304, 2, true, b"abc").unwrap());
+        assert_eq!(d.len(), HEADER_LEN + DATA_TEMPLATE_HEADER_LEN + 3);
+        assert_eq!(
+            &d[HEADER_LEN..],
+            [
+                0x09, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0x03, 0x01, 0x02, 0x03, 0x04, 2, 0, 3,
+                b'a', b'b', b'c'
+            ]
+        );
+        assert_eq!(
+            only_frame(&d),
+            Frame::Data(DataFrame {
+                global_seq: 1,
+                flow_id: 2,
+                flow_seq: 3,
+                payload: b"abc",
+                recovered: true,
+                form: DataForm::Template {
+                    slot: 0x0102,
+                    generation: 0x0304,
+                    hlen: 2,
+                    ipv4_checksum: true,
+                },
+            })
+        );
+        for recovered in [false, true] {
+            let n = DataNumbers { recovered, ..n };
+            let d = datagram(|out| {
+                emit_data_compact(out, n, 0x3ff, 0x7f, |o| o.extend_from_slice(b"xy")).unwrap()
+            });
+            assert_eq!(d.len(), HEADER_LEN + DATA_COMPACT_HEADER_LEN + 2);
+            // The generation's low 6 bits above the slot's 10; no flow id, no length.
+            assert_eq!(
+                &d[HEADER_LEN..],
+                [
+                    if recovered { 0x0b } else { 0x0a },
+                    0,
+                    0,
+                    0,
+                    1,
+                    0,
+                    0,
+                    0,
+                    3,
+                    0xff,
+                    0xff,
+                    b'x',
+                    b'y'
+                ]
+            );
+            assert_eq!(
+                only_frame(&d),
+                Frame::Data(DataFrame {
+                    global_seq: 1,
+                    flow_id: 0,
+                    flow_seq: 3,
+                    payload: b"xy",
+                    recovered,
+                    form: DataForm::Compact {
+                        slot: 0x3ff,
+                        generation: 0x3f
+                    },
+                })
+            );
+        }
+        // The body runs to the end: whatever follows is part of it, and it may be empty.
+        let d = datagram(|out| {
+            emit_data_compact(out, n, 5, 1, |_| {}).unwrap();
+            emit_ping(out);
+        });
+        let Frame::Data(f) = only_frame(&d) else {
+            panic!("not data");
+        };
+        assert_eq!(f.payload, [0x01]);
+        let d = datagram(|out| emit_data_compact(out, n, 5, 1, |_| {}).unwrap());
+        let Frame::Data(f) = only_frame(&d) else {
+            panic!("not data");
+        };
+        assert!(f.payload.is_empty());
+        let (_, frames) = parse(&d[..d.len() - 1]).expect("header");
+        assert_eq!(frames.is_ack_eliciting(), Err(DecodeError::Truncated));
+    }
+
+    #[test]
+    fn a_template_slot_or_length_out_of_range_is_malformed() {
+        let n = DataNumbers {
+            global_seq: 1,
+            flow_id: 2,
+            flow_seq: 3,
+            recovered: false,
+        };
+        let max_slot = MAX_TEMPLATE_SLOTS as u16;
+        let mut out = Vec::new();
+        for (slot, hlen, payload) in [
+            (max_slot, 1, &b"abc"[..]),
+            (0, 0, b"abc"),
+            (0, 4, b"abc"),
+            (0, MAX_TEMPLATE_LEN as u8 + 1, &[0; 200]),
+        ] {
+            assert_eq!(
+                emit_data_template(&mut out, n, slot, 1, hlen, false, payload),
+                Err(EncodeError::Invalid)
+            );
+            assert!(out.is_empty());
+        }
+        assert_eq!(
+            emit_data_compact(&mut out, n, max_slot, 1, |_| {}),
+            Err(EncodeError::Invalid)
+        );
+        assert!(out.is_empty());
+        // The same on the wire: written by hand, each is dropped as malformed.
+        let good = datagram(|out| emit_data_template(out, n, 3, 1, 2, false, b"abc").unwrap());
+        for (at, value) in [(14, 0x04u8), (18, 0), (18, 4)] {
+            let mut bad = good.clone();
+            bad[HEADER_LEN + at] = value;
+            let (_, frames) = parse(&bad).expect("header");
+            assert_eq!(
+                frames.is_ack_eliciting(),
+                Err(DecodeError::Malformed),
+                "{at}"
+            );
         }
     }
 
@@ -1229,6 +1584,7 @@ mod tests {
                 flow_seq: 6,
                 payload: b"abc",
                 recovered: false,
+                form: DataForm::Full,
             })
         );
         assert_eq!(frames[3], Frame::Padding);
@@ -1276,12 +1632,12 @@ mod tests {
     fn unknown_frame_is_rejected_and_stops_iteration() {
         let d = datagram(|out| {
             emit_ping(out);
-            out.push(0x09);
+            out.push(0x0c);
             emit_ping(out);
         });
         let (_, frames) = parse(&d).unwrap();
         let got: Vec<_> = frames.collect();
-        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x09))]);
+        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x0c))]);
     }
 
     #[test]
@@ -1448,6 +1804,7 @@ mod tests {
             flow_seq: u32,
             payload: Vec<u8>,
             recovered: bool,
+            form: DataForm,
         },
         LinkStatus {
             link: u16,
@@ -1497,6 +1854,27 @@ mod tests {
         })
     }
 
+    /// DATA and DATA_TEMPLATE (DATA_COMPACT ends the frame list: its own tests).
+    fn form_strategy() -> impl Strategy<Value = DataForm> {
+        prop_oneof![
+            Just(DataForm::Full),
+            (
+                0..MAX_TEMPLATE_SLOTS as u16,
+                any::<u16>(),
+                1..=MAX_TEMPLATE_LEN as u8,
+                any::<bool>()
+            )
+                .prop_map(|(slot, generation, hlen, ipv4_checksum)| {
+                    DataForm::Template {
+                        slot,
+                        generation,
+                        hlen,
+                        ipv4_checksum,
+                    }
+                }),
+        ]
+    }
+
     fn model_strategy() -> impl Strategy<Value = Model> {
         let state = prop_oneof![Just(LinkState::Up), Just(LinkState::Down)];
         prop_oneof![
@@ -1513,18 +1891,38 @@ mod tests {
                 any::<u32>(),
                 any::<u32>(),
                 any::<u32>(),
-                prop::collection::vec(any::<u8>(), 0..64),
-                any::<bool>()
+                prop::collection::vec(any::<u8>(), 1..64),
+                any::<bool>(),
+                form_strategy(),
             )
-                .prop_map(|(global_seq, flow_id, flow_seq, payload, recovered)| {
-                    Model::Data {
-                        global_seq,
-                        flow_id,
-                        flow_seq,
-                        payload,
-                        recovered,
+                .prop_map(
+                    |(global_seq, flow_id, flow_seq, payload, recovered, form)| {
+                        let form = match form {
+                            // The template is part of the packet, and DATA_RECOVERED is
+                            // DATA's recovered form.
+                            DataForm::Template {
+                                slot,
+                                generation,
+                                hlen,
+                                ipv4_checksum,
+                            } => DataForm::Template {
+                                slot,
+                                generation,
+                                hlen: hlen.min(payload.len() as u8),
+                                ipv4_checksum,
+                            },
+                            f => f,
+                        };
+                        Model::Data {
+                            global_seq,
+                            flow_id,
+                            flow_seq,
+                            payload,
+                            recovered,
+                            form,
+                        }
                     }
-                }),
+                ),
             (any::<u16>(), state).prop_map(|(link, state)| Model::LinkStatus { link, state }),
             (any::<u16>(), any::<u16>())
                 .prop_map(|(link, max_datagram)| Model::LinkMtu { link, max_datagram }),
@@ -1550,7 +1948,28 @@ mod tests {
                 flow_seq,
                 payload,
                 recovered,
-            } => emit_data(out, *global_seq, *flow_id, *flow_seq, payload, *recovered).unwrap(),
+                form,
+            } => {
+                let n = DataNumbers {
+                    global_seq: *global_seq,
+                    flow_id: *flow_id,
+                    flow_seq: *flow_seq,
+                    recovered: *recovered,
+                };
+                match *form {
+                    DataForm::Full => {
+                        emit_data(out, *global_seq, *flow_id, *flow_seq, payload, *recovered)
+                    }
+                    DataForm::Template {
+                        slot,
+                        generation,
+                        hlen,
+                        ipv4_checksum,
+                    } => emit_data_template(out, n, slot, generation, hlen, ipv4_checksum, payload),
+                    DataForm::Compact { .. } => unreachable!("not in the model's strategy"),
+                }
+                .unwrap()
+            }
             Model::LinkStatus { link, state } => emit_link_status(out, *link, *state),
             Model::LinkMtu { link, max_datagram } => emit_link_mtu(out, *link, *max_datagram),
         }
@@ -1582,6 +2001,7 @@ mod tests {
                     flow_seq,
                     payload,
                     recovered,
+                    form,
                 },
             ) => {
                 data.global_seq == *global_seq
@@ -1589,6 +2009,7 @@ mod tests {
                     && data.flow_seq == *flow_seq
                     && data.payload == &payload[..]
                     && data.recovered == *recovered
+                    && data.form == *form
             }
             (Frame::LinkStatus { link, state }, Model::LinkStatus { link: l, state: s }) => {
                 link == l && state == s

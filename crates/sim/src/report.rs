@@ -132,6 +132,18 @@ pub struct EngineReport {
     pub acks_ridden: [u64; 2],
     /// RX_TIME frames sent, [client, server].
     pub rx_times_sent: [u64; 2],
+    /// Header compression: DATA_COMPACT frames sent, [client, server].
+    #[serde(default)]
+    pub compact_sent: [u64; 2],
+    /// DATA_TEMPLATE frames sent, [client, server].
+    #[serde(default)]
+    pub templates_sent: [u64; 2],
+    /// Bytes the DATA_COMPACT frames saved against DATA frames, [client, server].
+    #[serde(default)]
+    pub compact_saved_bytes: [u64; 2],
+    /// DATA_COMPACT frames the receiver could not expand (dropped), both ends.
+    #[serde(default)]
+    pub compact_undecodable: u64,
     /// Packets that waited in a reorder buffer.
     pub reorder_held: u64,
     /// Missing packets given up after the hold time.
@@ -310,6 +322,10 @@ impl Report {
                 acks_sent: [cs.acks_sent, ss.acks_sent],
                 acks_ridden: [cs.acks_ridden, ss.acks_ridden],
                 rx_times_sent: [cs.rx_times_sent, ss.rx_times_sent],
+                compact_sent: [cs.compact_sent, ss.compact_sent],
+                templates_sent: [cs.templates_sent, ss.templates_sent],
+                compact_saved_bytes: [cs.compact_saved_bytes, ss.compact_saved_bytes],
+                compact_undecodable: cs.compact_undecodable + ss.compact_undecodable,
                 reorder_held: cs.reorder.held + ss.reorder.held,
                 reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
                 late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,

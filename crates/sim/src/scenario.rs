@@ -267,6 +267,10 @@ pub struct LateKnobs {
     /// flow's tail (the daemons' `ack_filter`). Default true.
     #[serde(default = "yes")]
     pub ack_filter: bool,
+    /// Inner packets sent as a difference from an earlier packet's headers (the daemons'
+    /// `header_compression`). Default true.
+    #[serde(default = "yes")]
+    pub header_compression: bool,
     /// How long an acknowledgement that is due waits for a packet of the reverse
     /// direction to ride on, ms (the daemons' `ack_ride_wait_ms`). Default 0.
     #[serde(default = "default_ack_ride_wait_ms")]
@@ -464,6 +468,7 @@ impl Default for LateKnobs {
             pacing_rate_mbps: None,
             tun_offload: true,
             ack_filter: true,
+            header_compression: true,
             ack_ride_wait_ms: default_ack_ride_wait_ms(),
         }
     }

@@ -431,6 +431,7 @@ impl World {
                     c.redundant_align = spec.late.redundant_align;
                     c.rate_control = spec.late.rate_control;
                     c.ack_filter = spec.late.ack_filter;
+                    c.header_compression = spec.late.header_compression;
                     c.ack_ride_wait = spec.late.ack_ride_wait();
                     c.rate_control_max_queue = spec.late.rate_control_max_queue();
                     c.codel_target = spec.late.codel_target();

@@ -358,12 +358,16 @@ pub(crate) struct PairBuilder {
 }
 
 impl PairBuilder {
-    /// Default configurations (session [`SESSION`]), no links.
+    /// Default configurations (session [`SESSION`]), no links; but header compression
+    /// off, so that the datagrams' inner packets can be read from each datagram alone
+    /// ([`data_in`]); `tests/compact.rs` turns it on.
     pub(crate) fn new() -> Self {
         let mut client = Config::new(Role::Client);
         client.session(SESSION);
+        client.header_compression = false;
         let mut server = Config::new(Role::Server);
         server.session(SESSION);
+        server.header_compression = false;
         Self {
             links: Vec::new(),
             client,
