@@ -10,9 +10,11 @@
 //!    DATA frame is inside; it never goes out on a link the driver reported down; ACK,
 //!    LOSS_REPORT and LINK_STATUS frames name links the engine has;
 //! 2. DATA frames carry consecutive global sequence numbers and only inner packets the
-//!    TUN side handed in (as given, or CE-marked), each at most once;
+//!    TUN side handed in (as given, or CE-marked), each at most once; a DATA_COMPACT
+//!    frame expands, by an expander written here from `docs/protocol.md` 3.10, against
+//!    the template the engine last sent in its slot;
 //! 3. every packet `poll_deliver` returns was carried by a DATA frame of a datagram fed
-//!    in, or is the "packet too big" answer to a TUN packet the engine refused as larger
+//!    in (a DATA_COMPACT frame: expanded against a template fed in), or is the "packet too big" answer to a TUN packet the engine refused as larger
 //!    than its links carry, and is delivered at most as often as it was carried or
 //!    answered (delivered buffers are given back with `recycle`, so a stale pooled
 //!    buffer would show up here);
@@ -196,6 +198,81 @@ pub struct Driver {
     peer_pn: BTreeMap<u16, u64>,
     peer_gseq: u64,
     peer_fseq: [u64; 4],
+    /// Header templates (`docs/protocol.md` 3.9) in DATA_TEMPLATE frames fed in, per
+    /// slot: every one seen, for the engine may not have kept each (a datagram dropped
+    /// as a replay), so a DATA_COMPACT frame counts as carrying its expansion against
+    /// any of them with its generation's bits.
+    peer_templates: HashMap<u16, Vec<Template>>,
+    /// The templates the engine sent, the latest per slot: its DATA_COMPACT frames expand
+    /// against them.
+    own_templates: HashMap<u16, Template>,
+}
+
+/// A header template as the receiver keeps it (3.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Template {
+    generation: u16,
+    bytes: Vec<u8>,
+    ipv4_checksum: bool,
+}
+
+impl Template {
+    fn new(generation: u16, hlen: u8, packet: &[u8], ipv4_checksum: bool) -> Self {
+        let mut bytes = packet[..usize::from(hlen)].to_vec();
+        let ipv4_checksum = ipv4_checksum && bytes.len() >= 12;
+        if ipv4_checksum {
+            bytes[10..12].fill(0);
+        }
+        Self {
+            generation,
+            bytes,
+            ipv4_checksum,
+        }
+    }
+
+    fn matches(&self, generation: u8) -> bool {
+        self.generation & ((1 << wire::COMPACT_GENERATION_BITS) - 1) == u16::from(generation)
+    }
+
+    /// The packet a DATA_COMPACT body encodes against this template, written from the
+    /// text of `docs/protocol.md` 3.10 (not from the engine's code); `None` where the
+    /// receiver must drop it.
+    fn expand(&self, body: &[u8]) -> Option<Vec<u8>> {
+        let h = self.bytes.len();
+        let bitmap = body.get(..h.div_ceil(8))?;
+        let mut rest = &body[bitmap.len()..];
+        let mut out = Vec::with_capacity(h + rest.len());
+        for i in 0..bitmap.len() * 8 {
+            let set = bitmap[i / 8] & (0x80 >> (i % 8)) != 0;
+            match (i < h, set) {
+                (false, true) => return None,
+                (false, false) => {}
+                (true, false) => out.push(self.bytes[i]),
+                (true, true) => {
+                    let (b, r) = rest.split_first()?;
+                    out.push(*b);
+                    rest = r;
+                }
+            }
+        }
+        out.extend_from_slice(rest);
+        if self.ipv4_checksum {
+            let ihl = usize::from(out[0] & 0x0f) * 4;
+            if out[0] >> 4 != 4 || ihl < 20 || out.len() < ihl {
+                return None;
+            }
+            out[10..12].fill(0);
+            let mut sum: u32 = out[..ihl]
+                .chunks(2)
+                .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+                .sum();
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            out[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        Some(out)
+    }
 }
 
 impl Driver {
@@ -243,6 +320,8 @@ impl Driver {
             tun_accepted: 0,
             big_packets: 0,
             carried: HashMap::new(),
+            peer_templates: HashMap::new(),
+            own_templates: HashMap::new(),
             fed: 0,
             history: Vec::new(),
             peer_pn: BTreeMap::new(),
@@ -544,16 +623,43 @@ impl Driver {
             match frame {
                 Frame::Data(data) => {
                     data_frames += 1;
+                    let expanded;
+                    let payload = match data.form {
+                        wire::DataForm::Full => data.payload,
+                        wire::DataForm::Template {
+                            slot,
+                            generation,
+                            hlen,
+                            ipv4_checksum,
+                        } => {
+                            let t = Template::new(generation, hlen, data.payload, ipv4_checksum);
+                            self.own_templates.insert(slot, t);
+                            data.payload
+                        }
+                        wire::DataForm::Compact { slot, generation } => {
+                            let t = self
+                                .own_templates
+                                .get(&slot)
+                                .filter(|t| t.matches(generation))
+                                .unwrap_or_else(|| {
+                                    panic!("DATA_COMPACT against a template never sent: {buf:02x?}")
+                                });
+                            expanded = t.expand(data.payload).unwrap_or_else(|| {
+                                panic!("DATA_COMPACT that does not expand: {buf:02x?}")
+                            });
+                            &expanded[..]
+                        }
+                    };
                     if data.global_seq == self.next_gseq as u32 {
                         self.next_gseq += 1;
-                        self.bound.insert(data.global_seq, data.payload.to_vec());
-                        self.take_tun(data.payload);
+                        self.bound.insert(data.global_seq, payload.to_vec());
+                        self.take_tun(payload);
                     } else {
                         // Sent again (reinjection, redundant copy): a packet already bound,
                         // with the same payload.
                         assert_eq!(
                             self.bound.get(&data.global_seq).map(Vec::as_slice),
-                            Some(data.payload),
+                            Some(payload),
                             "global sequence {} is neither the next one ({}) nor a packet \
                              sent before with this payload",
                             data.global_seq,
@@ -614,8 +720,39 @@ impl Driver {
             return;
         }
         for frame in frames.flatten() {
-            if let Frame::Data(data) = frame {
-                *self.carried.entry(data.payload.to_vec()).or_default() += 1;
+            let Frame::Data(data) = frame else {
+                continue;
+            };
+            match data.form {
+                wire::DataForm::Full => {
+                    *self.carried.entry(data.payload.to_vec()).or_default() += 1;
+                }
+                wire::DataForm::Template {
+                    slot,
+                    generation,
+                    hlen,
+                    ipv4_checksum,
+                } => {
+                    *self.carried.entry(data.payload.to_vec()).or_default() += 1;
+                    let t = Template::new(generation, hlen, data.payload, ipv4_checksum);
+                    let seen = self.peer_templates.entry(slot).or_default();
+                    if !seen.contains(&t) && seen.len() < 64 {
+                        seen.push(t);
+                    }
+                }
+                wire::DataForm::Compact { slot, generation } => {
+                    let expansions: Vec<_> = self
+                        .peer_templates
+                        .get(&slot)
+                        .into_iter()
+                        .flatten()
+                        .filter(|t| t.matches(generation))
+                        .filter_map(|t| t.expand(data.payload))
+                        .collect();
+                    for p in expansions {
+                        *self.carried.entry(p).or_default() += 1;
+                    }
+                }
             }
         }
     }
@@ -683,11 +820,40 @@ impl Driver {
             5 => wire::emit_padding(d, usize::from(r.u8()) + 1),
             6 => d.extend_from_slice(r.short()),
             _ => {
-                // DATA with raw numbers.
+                // DATA with raw numbers; with the flow's top bits 10 a DATA_TEMPLATE, 11 a
+                // DATA_COMPACT (slot 0-3, generation from the flow sequence's low bits,
+                // the body raw).
                 let (gseq, flow, fseq) = (r.u32(), r.u32(), r.u32());
                 let payload = r.short();
-                wire::emit_data(d, gseq, flow, fseq, payload, flow & 1 == 1)
-                    .expect("at most 255 bytes");
+                let n = wire::DataNumbers {
+                    global_seq: gseq,
+                    flow_id: flow,
+                    flow_seq: fseq,
+                    recovered: flow & 1 == 1,
+                };
+                let slot = (flow & 3) as u16;
+                match flow >> 30 {
+                    2 if !payload.is_empty() => {
+                        let hlen = (fseq >> 8) as usize % payload.len().min(128) + 1;
+                        let ipv4_checksum = flow & 4 != 0;
+                        wire::emit_data_template(
+                            d,
+                            n,
+                            slot,
+                            (fseq & 7) as u16,
+                            hlen as u8,
+                            ipv4_checksum,
+                            payload,
+                        )
+                        .expect("in range");
+                    }
+                    3 => wire::emit_data_compact(d, n, slot, (fseq & 7) as u8, |o| {
+                        o.extend_from_slice(payload)
+                    })
+                    .expect("in range"),
+                    _ => wire::emit_data(d, gseq, flow, fseq, payload, flow & 1 == 1)
+                        .expect("at most 255 bytes"),
+                }
             }
         }
     }

@@ -6,6 +6,7 @@
 //!   `Frames::is_ack_eliciting` agrees with the iteration (its error is the iteration's);
 //! - ACK ranges are descending, disjoint and non-adjacent, start at `largest`, their
 //!   count is the iterator's exact size; LOSS_REPORT entries number `len()`;
+//! - DATA_TEMPLATE's slot and hlen, DATA_COMPACT's slot and generation are in range;
 //! - the encoding is canonical: emitting each parsed frame reproduces its bytes exactly
 //!   (PADDING as one byte; an empty LOSS_REPORT, which `emit_loss_report` does not write,
 //!   as nothing), and the `*_len` helpers give the emitted lengths;
@@ -161,7 +162,20 @@ fn inspect(frame: &Frame<'_>) {
             assert!(entries.len() <= wire::MAX_LOSS_ENTRIES);
             let _ = format!("{report:?}");
         }
-        Frame::Data(data) => assert!(data.payload.len() <= wire::MAX_DATA_PAYLOAD),
+        Frame::Data(data) => {
+            match data.form {
+                wire::DataForm::Full => assert!(data.payload.len() <= wire::MAX_DATA_PAYLOAD),
+                wire::DataForm::Template { slot, hlen, .. } => {
+                    assert!(usize::from(slot) < wire::MAX_TEMPLATE_SLOTS);
+                    assert!(hlen > 0 && usize::from(hlen) <= wire::MAX_TEMPLATE_LEN);
+                    assert!(usize::from(hlen) <= data.payload.len());
+                }
+                wire::DataForm::Compact { slot, generation } => {
+                    assert!(usize::from(slot) < wire::MAX_TEMPLATE_SLOTS);
+                    assert!(u32::from(generation) < 1 << wire::COMPACT_GENERATION_BITS);
+                }
+            }
+        }
         Frame::Padding
         | Frame::Ping
         | Frame::LinkStatus { .. }
@@ -194,16 +208,53 @@ fn emit(out: &mut Vec<u8>, frame: &Frame<'_>) {
             wire::loss_report_len(entries.len())
         }
         Frame::Data(data) => {
-            wire::emit_data(
-                out,
-                data.global_seq,
-                data.flow_id,
-                data.flow_seq,
-                data.payload,
-                data.recovered,
-            )
-            .expect("a parsed payload fits a DATA frame");
-            wire::data_frame_len(data.payload.len())
+            let n = wire::DataNumbers {
+                global_seq: data.global_seq,
+                flow_id: data.flow_id,
+                flow_seq: data.flow_seq,
+                recovered: data.recovered,
+            };
+            match data.form {
+                wire::DataForm::Full => {
+                    wire::emit_data(
+                        out,
+                        data.global_seq,
+                        data.flow_id,
+                        data.flow_seq,
+                        data.payload,
+                        data.recovered,
+                    )
+                    .expect("a parsed payload fits a DATA frame");
+                    wire::data_frame_len(data.payload.len())
+                }
+                wire::DataForm::Template {
+                    slot,
+                    generation,
+                    hlen,
+                    ipv4_checksum,
+                } => {
+                    wire::emit_data_template(
+                        out,
+                        n,
+                        slot,
+                        generation,
+                        hlen,
+                        ipv4_checksum,
+                        data.payload,
+                    )
+                    .expect("a parsed template is in range");
+                    wire::DATA_TEMPLATE_HEADER_LEN + data.payload.len()
+                }
+                wire::DataForm::Compact { slot, generation } => {
+                    // It ends the list: nothing parsed follows it.
+                    assert_eq!(data.flow_id, 0);
+                    wire::emit_data_compact(out, n, slot, generation, |o| {
+                        o.extend_from_slice(data.payload)
+                    })
+                    .expect("a parsed slot is in range");
+                    wire::DATA_COMPACT_HEADER_LEN + data.payload.len()
+                }
+            }
         }
         Frame::LinkStatus { link, state } => {
             wire::emit_link_status(out, *link, *state);

@@ -341,6 +341,40 @@ fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
     assert!(bulk.goodput_mbps > 12.0, "{bulk:?}");
     let e = out.report.engine.as_ref().expect("engine counters");
     assert!(e.reinjected_lost > 0, "{e:?}");
+    // Packets re-sent on the other link keep their compact form: each comes out whole.
+    assert!(e.compact_sent[0] + e.compact_sent[1] > 1000, "{e:?}");
+    assert_eq!(e.compact_undecodable, 0, "{e:?}");
+}
+
+/// Header compression end to end with kernel TCP (timestamps, SACK, the TUN offloads):
+/// bufferbloat.toml for 8 s. After its first round trip the download goes as
+/// DATA_COMPACT, each datagram over 30 bytes shorter than DATA's, and every packet
+/// expands (a wrong byte would fail the inner TCP's checksum and stall the download).
+#[test]
+fn a_download_goes_compact_and_every_packet_comes_out_whole() {
+    if !common::root_or_skip("a_download_goes_compact_and_every_packet_comes_out_whole") {
+        return;
+    }
+    let _g = common::serial();
+    let scenario = Scenario::load(&common::scenario("bufferbloat.toml"))
+        .and_then(|s| s.with_overrides(["scenario.duration_s=8.0"]))
+        .expect("scenario");
+    let out = lab(&scenario, LabMode::Late, "late-compact");
+    let e = out.report.engine.as_ref().expect("engine counters");
+    let bulk = common::flow(&out.report, "bulk");
+    assert!(bulk.goodput_mbps > 8.0, "{bulk:?}");
+    // The server's data: nearly every packet compact, a template or two.
+    let packets = bulk.goodput_mbps * 1e6 / 8.0 * 7.0 / 1400.0;
+    assert!(e.compact_sent[1] as f64 > 0.9 * packets, "{e:?} {packets}");
+    assert!(e.templates_sent[1] <= 4, "{e:?}");
+    assert!(
+        e.compact_saved_bytes[1] as f64 > 30.0 * e.compact_sent[1] as f64,
+        "{e:?}"
+    );
+    // The client's acknowledgements too.
+    assert!(e.compact_sent[0] > 0, "{e:?}");
+    assert_eq!(e.compact_undecodable, 0, "{e:?}");
+    assert_eq!(e.malformed, 0, "{e:?}");
 }
 
 /// The client sends its handshake initiation on every link, all copies naming its first

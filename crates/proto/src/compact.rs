@@ -111,44 +111,48 @@ fn ipv4_checksum_ok(packet: &[u8]) -> bool {
         && ipv4_header_checksum(&packet[..ihl]) == 0
 }
 
-/// `packet`'s byte `i` as the difference sees it: with `ipv4_checksum` the checksum
-/// field reads as zero, as it is in the template.
-fn byte(packet: &[u8], i: usize, ipv4_checksum: bool) -> u8 {
-    if ipv4_checksum && IPV4_CHECKSUM.contains(&i) {
-        0
-    } else {
-        packet[i]
-    }
-}
-
-/// The length of `packet`'s compact body against `template`, if it is at least as long
-/// as the template.
-pub(crate) fn body_len(template: &[u8], packet: &[u8], ipv4_checksum: bool) -> Option<usize> {
-    if packet.len() < template.len() {
-        return None;
-    }
-    let differ = (0..template.len())
-        .filter(|&i| byte(packet, i, ipv4_checksum) != template[i])
-        .count();
-    Some(bitmap_len(template.len()) + differ + packet.len() - template.len())
-}
-
-/// Appends `packet`'s compact body against `template` (§3.10): the bitmap of the bytes
-/// that differ (bit 7 of the first byte is byte 0), those bytes in order, then the rest of
-/// the packet. The packet must be at least as long as the template ([`body_len`]); with
-/// `ipv4_checksum` its checksum field counts as zero.
-pub(crate) fn encode(template: &[u8], packet: &[u8], ipv4_checksum: bool, out: &mut Vec<u8>) {
+/// Writes into `head` (cleared first) the head of `packet`'s compact body against
+/// `template` (§3.10): the bitmap of the bytes that differ (bit 7 of the first byte is
+/// byte 0), then those bytes in order; the body is the head and then the packet's bytes
+/// after the template's length. With `ipv4_checksum` the packet's checksum field counts as
+/// zero, as it is in the template. False, and `head` empty, if the packet is shorter than
+/// the template.
+pub(crate) fn encode_head(
+    template: &[u8],
+    packet: &[u8],
+    ipv4_checksum: bool,
+    head: &mut Vec<u8>,
+) -> bool {
+    head.clear();
     let h = template.len();
-    let at = out.len();
-    out.resize(at + bitmap_len(h), 0);
-    for (i, t) in template.iter().enumerate() {
-        let b = byte(packet, i, ipv4_checksum);
-        if b != *t {
-            out[at + i / 8] |= 0x80 >> (i % 8);
-            out.push(b);
+    let Some(p) = packet.get(..h) else {
+        return false;
+    };
+    let mut cur = [0u8; wire::MAX_TEMPLATE_LEN];
+    let cur = &mut cur[..h];
+    cur.copy_from_slice(p);
+    if ipv4_checksum && h >= IPV4_CHECKSUM.end {
+        cur[IPV4_CHECKSUM].fill(0);
+    }
+    let mut bitmap = [0u8; wire::MAX_TEMPLATE_LEN / 8];
+    let mut diffs = [0u8; wire::MAX_TEMPLATE_LEN];
+    let mut n = 0;
+    // Eight bytes at a time: most of a header's words are the template's.
+    for (k, (a, t)) in cur.chunks(8).zip(template.chunks(8)).enumerate() {
+        if a == t {
+            continue;
+        }
+        for (j, (x, y)) in a.iter().zip(t).enumerate() {
+            if x != y {
+                bitmap[k] |= 0x80 >> j;
+                diffs[n] = *x;
+                n += 1;
+            }
         }
     }
-    out.extend_from_slice(&packet[h..]);
+    head.extend_from_slice(&bitmap[..bitmap_len(h)]);
+    head.extend_from_slice(&diffs[..n]);
+    true
 }
 
 /// Why a compact body could not be expanded. The receiver drops the packet and counts it.
@@ -180,11 +184,17 @@ pub(crate) fn decode(
     out.clear();
     out.reserve(h + body.len() - bm - differ);
     let mut next = diffs.iter();
-    for (i, t) in template.iter().enumerate() {
-        if bitmap[i / 8] & (0x80 >> (i % 8)) != 0 {
-            out.push(*next.next().expect("one byte per bit, counted above"));
-        } else {
-            out.push(*t);
+    for (bits, t) in bitmap.iter().zip(template.chunks(8)) {
+        if *bits == 0 {
+            out.extend_from_slice(t);
+            continue;
+        }
+        for (j, t) in t.iter().enumerate() {
+            if bits & (0x80 >> j) != 0 {
+                out.push(*next.next().expect("one byte per bit, counted above"));
+            } else {
+                out.push(*t);
+            }
         }
     }
     out.extend_from_slice(&body[bm + differ..]);
@@ -253,11 +263,16 @@ pub(crate) struct Compressor {
     cursor: usize,
     /// No idle slot was found; none is looked for again before this.
     full_until: Option<Instant>,
+    /// The head of the compact body last prepared ([`encode_head`]), and the length of
+    /// its template: the packet's bytes from there on follow it.
+    head: Vec<u8>,
+    head_skip: usize,
 }
 
 impl Compressor {
     /// The form for a packet of `flow`, bound now. `template_fits`: the chosen link
-    /// carries the packet whole as DATA_TEMPLATE.
+    /// carries the packet whole as DATA_TEMPLATE. A compact form's body is prepared
+    /// ([`Self::body_len`], [`Self::write_body`]).
     pub(crate) fn form(
         &mut self,
         now: Instant,
@@ -280,17 +295,18 @@ impl Compressor {
                 if s.ipv4_checksum && !ipv4_checksum_ok(packet) {
                     return TxForm::Full;
                 }
-                match body_len(&s.template, packet, s.ipv4_checksum) {
-                    Some(n)
-                        if wire::DATA_COMPACT_HEADER_LEN + n
-                            < wire::data_frame_len(packet.len()) =>
-                    {
-                        TxForm::Compact {
-                            slot: i as u16,
-                            generation: s.generation,
-                        }
+                if !encode_head(&s.template, packet, s.ipv4_checksum, &mut self.head) {
+                    return TxForm::Full;
+                }
+                self.head_skip = s.template.len();
+                let body = self.head.len() + packet.len() - self.head_skip;
+                if wire::DATA_COMPACT_HEADER_LEN + body < wire::data_frame_len(packet.len()) {
+                    TxForm::Compact {
+                        slot: i as u16,
+                        generation: s.generation,
                     }
-                    _ => TxForm::Full,
+                } else {
+                    TxForm::Full
                 }
             }
             TxState::Pending { .. } => TxForm::Full,
@@ -316,14 +332,30 @@ impl Compressor {
         }
     }
 
-    /// The template of `slot`, generation `generation`, if the slot still holds it (it is given
-    /// to another flow only after [`SLOT_IDLE`]).
-    /// With it, whether the template leaves the IPv4 checksum to the receiver.
-    pub(crate) fn template(&self, slot: u16, generation: u16) -> Option<(&[u8], bool)> {
-        self.slots
+    /// Prepares the compact body of `packet` against the template `generation` of
+    /// `slot` (a packet sent compact before, sent again): false if the slot no longer
+    /// holds that template (it is given to another flow only after [`SLOT_IDLE`]).
+    pub(crate) fn prepare(&mut self, slot: u16, generation: u16, packet: &[u8]) -> bool {
+        let Some(s) = self
+            .slots
             .get(usize::from(slot))
             .filter(|s| s.generation == generation)
-            .map(|s| (&s.template[..], s.ipv4_checksum))
+        else {
+            return false;
+        };
+        self.head_skip = s.template.len();
+        encode_head(&s.template, packet, s.ipv4_checksum, &mut self.head)
+    }
+
+    /// The length of the prepared compact body of a `packet_len`-byte packet.
+    pub(crate) fn body_len(&self, packet_len: usize) -> usize {
+        self.head.len() + packet_len - self.head_skip
+    }
+
+    /// Appends the prepared compact body of `packet`.
+    pub(crate) fn write_body(&self, packet: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&packet[self.head_skip..]);
     }
 
     /// The datagram that carried the template `generation` of `slot` was acknowledged.
@@ -502,6 +534,15 @@ mod tests {
     }
 
     const ACK: u8 = 0x10;
+
+    /// The compact body of `packet` against `template`, if it is as long.
+    fn body(template: &[u8], packet: &[u8], ipv4_checksum: bool) -> Option<Vec<u8>> {
+        let mut b = Vec::new();
+        encode_head(template, packet, ipv4_checksum, &mut b).then(|| {
+            b.extend_from_slice(&packet[template.len()..]);
+            b
+        })
+    }
     const SYN: u8 = 0x02;
 
     #[test]
@@ -523,12 +564,9 @@ mod tests {
         let t = tcp4(1000, 77, ACK, &[1; 100]);
         let p = tcp4(2448, 77, ACK, &[2; 1348]);
         let h = template_len(&t).expect("a data segment");
-        let n = body_len(&t[..h], &p, false).expect("longer than the template");
+        let body = body(&t[..h], &p, false).expect("longer than the template");
         // Length (2), sequence (2 of 4 bytes), the payload; 7 bytes of bitmap.
-        assert_eq!(n, 7 + 4 + 1348);
-        let mut body = Vec::new();
-        encode(&t[..h], &p, false, &mut body);
-        assert_eq!(body.len(), n);
+        assert_eq!(body.len(), 7 + 4 + 1348);
         let mut out = Vec::new();
         decode(&t[..h], &body, false, &mut out).expect("well formed");
         assert_eq!(out, p);
@@ -575,14 +613,16 @@ mod tests {
                     p[i] = template[i];
                 }
             }
-            match body_len(&template, &p, false) {
+            match body(&template, &p, false) {
                 None => prop_assert!(p.len() < template.len()),
-                Some(n) => {
-                    let mut body = vec![0xee];
-                    encode(&template, &p, false, &mut body);
-                    prop_assert_eq!(body.len(), 1 + n);
+                Some(body) => {
+                    let differ = template.iter().zip(&p).filter(|(a, b)| a != b).count();
+                    prop_assert_eq!(
+                        body.len(),
+                        template.len().div_ceil(8) + differ + p.len() - template.len()
+                    );
                     let mut out = Vec::new();
-                    prop_assert!(decode(&template, &body[1..], false, &mut out).is_ok());
+                    prop_assert!(decode(&template, &body, false, &mut out).is_ok());
                     prop_assert_eq!(out, p);
                 }
             }
@@ -627,7 +667,11 @@ mod tests {
             c.form(at(3), f, &p, true),
             TxForm::Compact { slot, generation }
         );
-        assert_eq!(c.template(slot, generation), Some((&p[..52], false)));
+        c.write_body(&p, &mut Vec::new());
+        assert_eq!(
+            c.body_len(p.len()),
+            body(&p[..52], &p, false).expect("as long").len()
+        );
     }
 
     #[test]
@@ -760,8 +804,7 @@ mod tests {
         d.store(3, 5, 77, &t1[..52], false);
         d.store(3, 4, 78, &t2[..52], false); // older: ignored
         let p = tcp4(100, 2, ACK, b"xyz");
-        let mut body = Vec::new();
-        encode(&t1[..52], &p, false, &mut body);
+        let body = body(&t1[..52], &p, false).expect("as long");
         let mut out = Vec::new();
         assert_eq!(d.expand(3, 5, &body, &mut out), Ok(77));
         assert_eq!(out, p);
@@ -825,9 +868,9 @@ mod tests {
             c.form(at(1), f, &p, true),
             TxForm::Compact { slot, generation }
         );
-        let (template, ipv4_checksum) = c.template(slot, generation).expect("held");
         let mut body = Vec::new();
-        encode(template, &p, ipv4_checksum, &mut body);
+        c.write_body(&p, &mut body);
+        assert_eq!(body.len(), c.body_len(p.len()));
         // The length (2 bytes), the identification (1) and the sequence number (2)
         // differ; not the checksum.
         assert_eq!(body.len(), 7 + 5 + 1000);

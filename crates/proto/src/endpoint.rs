@@ -1618,7 +1618,7 @@ impl Endpoint {
         // in its slot, a template fits this link.
         data.form = match data.form {
             TxForm::Compact { slot, generation }
-                if self.compressor.template(slot, generation).is_none() =>
+                if !self.compressor.prepare(slot, generation, &data.payload) =>
             {
                 TxForm::Full
             }
@@ -1810,14 +1810,9 @@ impl Endpoint {
         match form {
             TxForm::Full => wire::data_frame_len(packet.len()),
             TxForm::Template { .. } => wire::DATA_TEMPLATE_HEADER_LEN + packet.len(),
-            TxForm::Compact { slot, generation } => {
-                let (template, ipv4_checksum) = self
-                    .compressor
-                    .template(slot, generation)
-                    .unwrap_or_default();
-                wire::DATA_COMPACT_HEADER_LEN
-                    + crate::compact::body_len(template, packet, ipv4_checksum)
-                        .unwrap_or(packet.len())
+            // (Prepared by `Compressor::form` or `prepare` for this packet.)
+            TxForm::Compact { .. } => {
+                wire::DATA_COMPACT_HEADER_LEN + self.compressor.body_len(packet.len())
             }
         }
     }
@@ -1850,14 +1845,12 @@ impl Endpoint {
                 wire::emit_data_template(buf, n, slot, generation, hlen, ipv4_checksum, packet)
             }
             TxForm::Compact { slot, generation } => {
-                let (template, ipv4_checksum) = self
-                    .compressor
-                    .template(slot, generation)
-                    .expect("a compact form is chosen only while its template is held");
                 let before = buf.len();
-                // (The generation's low bits: the wire keeps what fits.)
+                // The body `Compressor::form` or `prepare` made for this packet; of the
+                // generation, the wire keeps the low bits.
+                let compressor = &self.compressor;
                 let sent = wire::emit_data_compact(buf, n, slot, generation as u8, |out| {
-                    crate::compact::encode(template, packet, ipv4_checksum, out)
+                    compressor.write_body(packet, out)
                 });
                 self.stats.compact_sent += 1;
                 self.stats.compact_saved_bytes +=

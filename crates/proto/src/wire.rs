@@ -700,6 +700,7 @@ impl<'a> DataFrame<'a> {
             || hlen == 0
             || usize::from(hlen) > MAX_TEMPLATE_LEN
             || usize::from(hlen) > len
+            || flags & !(FLAG_RECOVERED | FLAG_IPV4_CHECKSUM) != 0
         {
             return Err(DecodeError::Malformed);
         }
@@ -1337,7 +1338,7 @@ mod tests {
         assert!(out.is_empty());
         // The same on the wire: written by hand, each is dropped as malformed.
         let good = datagram(|out| emit_data_template(out, n, 3, 1, 2, false, b"abc").unwrap());
-        for (at, value) in [(14, 0x04u8), (18, 0), (18, 4)] {
+        for (at, value) in [(13, 0x04u8), (14, 0x04), (18, 0), (18, 4)] {
             let mut bad = good.clone();
             bad[HEADER_LEN + at] = value;
             let (_, frames) = parse(&bad).expect("header");
