@@ -2,6 +2,7 @@
 
 mod acks;
 mod ahead;
+mod compact;
 mod harness;
 mod mtu;
 mod props;
