@@ -218,8 +218,12 @@ fn a_download_that_starts_after_another_filled_the_fifo_competes() {
 /// lengthen the aggregate flow's CoDel target: that target had let the flow's backlog
 /// grow until sending on the slow link seemed sooner than draining it through the fixed
 /// one, and each packet sent there held the flow up at the receiver (7.75 and 7.30 Mb/s
-/// before, against 9.18 alone; 9.26 and 8.86 now). The two delays of the slow link are
-/// two different runs: the trace's timing against the flow's changes with it.
+/// before, against 9.18 alone). The delays of the slow link are different runs: the
+/// trace's timing against the flow's changes with it. One of the five, at 30 ms, puts
+/// five packets on the slow link just before one of its pauses, and the inner TCP (no
+/// SACK) waits out its 1 s timeout: 8.30 Mb/s with or without header compression, the
+/// other four 8.97 (9.16 with it) against 8.91 (9.09) alone. So each run must keep 90 %
+/// of the fixed link alone, and their mean 95 % (0.80-0.84 and 0.82 before).
 #[test]
 fn a_link_with_pauses_of_seconds_does_not_drag_a_download_below_the_fixed_link_alone() {
     let s = with(
@@ -231,13 +235,21 @@ fn a_link_with_pauses_of_seconds_does_not_drag_a_download_below_the_fixed_link_a
     );
     let alone = run(&with(&s, &["late.policy=\"min-rtt\""]), Mode::Late).unwrap();
     let alone = flow(&alone, "bulk").goodput_mbps;
-    for delay in ["20.0", "30.0"] {
+    let delays = ["20.0", "25.0", "30.0", "35.0", "40.0"];
+    let mut sum = 0.0;
+    for delay in delays {
         let d = format!("links.1.delay_ms={delay}");
         let r = run(&with(&s, &[d.as_str()]), Mode::Late).unwrap();
         let bulk = flow(&r, "bulk");
         assert!(
-            bulk.goodput_mbps >= 0.93 * alone,
+            bulk.goodput_mbps >= 0.9 * alone,
             "{delay} ms: {bulk:?} against {alone} Mb/s on the fixed link alone"
         );
+        sum += bulk.goodput_mbps;
     }
+    let mean = sum / delays.len() as f64;
+    assert!(
+        mean >= 0.95 * alone,
+        "mean {mean} Mb/s against {alone} Mb/s on the fixed link alone"
+    );
 }
