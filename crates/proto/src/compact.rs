@@ -88,6 +88,38 @@ const fn bitmap_len(hlen: usize) -> usize {
 /// Where an IPv4 header keeps its checksum.
 const IPV4_CHECKSUM: core::ops::Range<usize> = 10..12;
 
+/// A template's bytes, kept inline (a slot's state and its template in one place: a
+/// sender with a thousand flows touches one slot per packet, not two allocations).
+#[derive(Clone, Copy, Debug)]
+struct Bytes {
+    bytes: [u8; wire::MAX_TEMPLATE_LEN],
+    len: u8,
+}
+
+impl Bytes {
+    const EMPTY: Self = Self {
+        bytes: [0; wire::MAX_TEMPLATE_LEN],
+        len: 0,
+    };
+
+    /// `src` (at most [`wire::MAX_TEMPLATE_LEN`] bytes), its IPv4 checksum zeroed if
+    /// `ipv4_checksum`.
+    fn new(src: &[u8], ipv4_checksum: bool) -> Self {
+        let mut b = Self::EMPTY;
+        let n = src.len().min(wire::MAX_TEMPLATE_LEN);
+        b.bytes[..n].copy_from_slice(&src[..n]);
+        b.len = n as u8;
+        if ipv4_checksum && n >= IPV4_CHECKSUM.end {
+            b.bytes[IPV4_CHECKSUM].fill(0);
+        }
+        b
+    }
+
+    fn get(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 /// The IPv4 header checksum of `header` (RFC 791): with the checksum field zeroed, the
 /// value to write there; with it filled in, 0 if it is right.
 fn ipv4_header_checksum(header: &[u8]) -> u16 {
@@ -231,7 +263,7 @@ struct TxSlot {
     flow: FlowId,
     generation: u16,
     /// The template, its IPv4 checksum zeroed if `ipv4_checksum`.
-    template: Vec<u8>,
+    template: Bytes,
     ipv4_checksum: bool,
     state: TxState,
     last_used: Instant,
@@ -295,10 +327,10 @@ impl Compressor {
                 if s.ipv4_checksum && !ipv4_checksum_ok(packet) {
                     return TxForm::Full;
                 }
-                if !encode_head(&s.template, packet, s.ipv4_checksum, &mut self.head) {
+                if !encode_head(s.template.get(), packet, s.ipv4_checksum, &mut self.head) {
                     return TxForm::Full;
                 }
-                self.head_skip = s.template.len();
+                self.head_skip = usize::from(s.template.len);
                 let body = self.head.len() + packet.len() - self.head_skip;
                 if wire::DATA_COMPACT_HEADER_LEN + body < wire::data_frame_len(packet.len()) {
                     TxForm::Compact {
@@ -316,11 +348,7 @@ impl Compressor {
                 };
                 s.generation = s.generation.wrapping_add(1);
                 s.ipv4_checksum = ipv4_checksum_ok(packet);
-                s.template.clear();
-                s.template.extend_from_slice(&packet[..hlen]);
-                if s.ipv4_checksum {
-                    s.template[IPV4_CHECKSUM].fill(0);
-                }
+                s.template = Bytes::new(&packet[..hlen], s.ipv4_checksum);
                 s.state = TxState::Pending { since: now };
                 TxForm::Template {
                     slot: i as u16,
@@ -343,8 +371,8 @@ impl Compressor {
         else {
             return false;
         };
-        self.head_skip = s.template.len();
-        encode_head(&s.template, packet, s.ipv4_checksum, &mut self.head)
+        self.head_skip = usize::from(s.template.len);
+        encode_head(s.template.get(), packet, s.ipv4_checksum, &mut self.head)
     }
 
     /// The length of the prepared compact body of a `packet_len`-byte packet.
@@ -389,7 +417,7 @@ impl Compressor {
         let fresh = |flow| TxSlot {
             flow,
             generation: 0,
-            template: Vec::new(),
+            template: Bytes::EMPTY,
             ipv4_checksum: false,
             state: TxState::NeedTemplate,
             last_used: now,
@@ -428,7 +456,7 @@ struct RxSlot {
     generation: u16,
     flow_id: u32,
     /// Its IPv4 checksum zeroed if `ipv4_checksum`.
-    template: Vec<u8>,
+    template: Bytes,
     ipv4_checksum: bool,
 }
 
@@ -460,20 +488,13 @@ impl Decompressor {
         {
             return;
         }
-        let s = self.slots[i].get_or_insert_with(|| RxSlot {
+        let ipv4_checksum = ipv4_checksum && template.len() >= IPV4_CHECKSUM.end;
+        self.slots[i] = Some(RxSlot {
             generation,
             flow_id,
-            template: Vec::new(),
+            template: Bytes::new(template, ipv4_checksum),
             ipv4_checksum,
         });
-        s.generation = generation;
-        s.flow_id = flow_id;
-        s.ipv4_checksum = ipv4_checksum && template.len() >= IPV4_CHECKSUM.end;
-        s.template.clear();
-        s.template.extend_from_slice(template);
-        if s.ipv4_checksum {
-            s.template[IPV4_CHECKSUM].fill(0);
-        }
     }
 
     /// Expands a DATA_COMPACT body into `out`; returns the template's flow id.
@@ -487,7 +508,7 @@ impl Decompressor {
         let mask = (1u16 << wire::COMPACT_GENERATION_BITS) - 1;
         match self.slots.get(usize::from(slot)) {
             Some(Some(s)) if s.generation & mask == u16::from(generation) => {
-                decode(&s.template, body, s.ipv4_checksum, out).map(|()| s.flow_id)
+                decode(s.template.get(), body, s.ipv4_checksum, out).map(|()| s.flow_id)
             }
             _ => Err(ExpandError::NoTemplate),
         }
