@@ -348,35 +348,19 @@ pub fn engine_report(
     server: Option<&SessionStatus>,
 ) -> EngineReport {
     let sum = |f: &dyn Fn(&SessionStatus) -> u64| client.map_or(0, f) + server.map_or(0, f);
+    // A counter of each end, [client, server].
+    let each = |f: &dyn Fn(&SessionStatus) -> u64| [client.map_or(0, f), server.map_or(0, f)];
     EngineReport {
         aqm_dropped: sum(&|s| s.engine.aqm_dropped),
         aqm_marked: sum(&|s| s.engine.aqm_marked),
         overflow_dropped: sum(&|s| s.engine.overflow_dropped),
         ack_filtered: sum(&|s| s.engine.ack_filtered),
-        acks_sent: [
-            client.map_or(0, |s| s.engine.acks_sent),
-            server.map_or(0, |s| s.engine.acks_sent),
-        ],
-        acks_ridden: [
-            client.map_or(0, |s| s.engine.acks_ridden),
-            server.map_or(0, |s| s.engine.acks_ridden),
-        ],
-        rx_times_sent: [
-            client.map_or(0, |s| s.engine.rx_times_sent),
-            server.map_or(0, |s| s.engine.rx_times_sent),
-        ],
-        compact_sent: [
-            client.map_or(0, |s| s.engine.compact_sent),
-            server.map_or(0, |s| s.engine.compact_sent),
-        ],
-        templates_sent: [
-            client.map_or(0, |s| s.engine.templates_sent),
-            server.map_or(0, |s| s.engine.templates_sent),
-        ],
-        compact_saved_bytes: [
-            client.map_or(0, |s| s.engine.compact_saved_bytes),
-            server.map_or(0, |s| s.engine.compact_saved_bytes),
-        ],
+        acks_sent: each(&|s| s.engine.acks_sent),
+        acks_ridden: each(&|s| s.engine.acks_ridden),
+        rx_times_sent: each(&|s| s.engine.rx_times_sent),
+        compact_sent: each(&|s| s.engine.compact_sent),
+        templates_sent: each(&|s| s.engine.templates_sent),
+        compact_saved_bytes: each(&|s| s.engine.compact_saved_bytes),
         compact_undecodable: sum(&|s| s.engine.compact_undecodable),
         reorder_held: sum(&|s| s.engine.reorder_held),
         reorder_gaps_skipped: sum(&|s| s.engine.reorder_gaps_skipped),
