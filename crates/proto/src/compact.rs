@@ -688,11 +688,10 @@ mod tests {
             c.form(at(3), f, &p, true),
             TxForm::Compact { slot, generation }
         );
-        c.write_body(&p, &mut Vec::new());
-        assert_eq!(
-            c.body_len(p.len()),
-            body(&p[..52], &p, false).expect("as long").len()
-        );
+        let mut written = Vec::new();
+        c.write_body(&p, &mut written);
+        assert_eq!(written, body(&p[..52], &p, false).expect("as long"));
+        assert_eq!(c.body_len(p.len()), written.len());
     }
 
     #[test]

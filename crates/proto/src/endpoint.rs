@@ -1625,10 +1625,7 @@ impl Endpoint {
             TxForm::Template { .. } if !self.template_fits(li, data.payload.len()) => TxForm::Full,
             form => form,
         };
-        self.write_header(li, buf);
-        let frame_len = self.data_frame_len(data.form, &data.payload);
-        self.ride_ack(now, li, buf, frame_len);
-        self.emit_data_frame(buf, &data);
+        self.write_data_datagram(now, li, buf, &data);
         data.sent_on |= link_bit(self.links[li].id);
         match which {
             Again::Reinject => {
@@ -1752,10 +1749,7 @@ impl Endpoint {
             recover,
             form,
         };
-        self.write_header(li, buf);
-        let frame_len = self.data_frame_len(form, &data.payload);
-        self.ride_ack(now, li, buf, frame_len);
-        self.emit_data_frame(buf, &data);
+        self.write_data_datagram(now, li, buf, &data);
         self.stats.data_bound += 1;
         self.links[li].stats.data_sent += 1;
         if kind == PolicyKind::Redundant {
@@ -1795,6 +1789,16 @@ impl Endpoint {
             pn: l.next_pn as u32,
         }
         .emit(buf);
+    }
+
+    /// Writes the datagram that carries `data` on link `li`: the header, the link's
+    /// acknowledgement if it fits beside the data frame, and the data frame in `data`'s
+    /// form (a compact one prepared by the compressor for this packet).
+    fn write_data_datagram(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>, data: &SentData) {
+        self.write_header(li, buf);
+        let frame_len = self.data_frame_len(data.form, &data.payload);
+        self.ride_ack(now, li, buf, frame_len);
+        self.emit_data_frame(buf, data);
     }
 
     /// Whether link `li` carries a `len`-byte packet whole as DATA_TEMPLATE, the largest
@@ -1862,7 +1866,7 @@ impl Endpoint {
     }
 
     /// The link's acknowledgement, if one is pending, on the data packet being written
-    /// (its header in `buf`, `payload` bytes of DATA to follow), as far as it fits the
+    /// (its header in `buf`, a data frame of `frame_len` bytes to follow), as far as it fits the
     /// link's largest datagram: the newest ranges that fit, older ones left out (an ACK
     /// only under-reports then; the ones before it reported them). If not even the newest
     /// range fits, it goes alone, as a control datagram, and is not deferred for data.
