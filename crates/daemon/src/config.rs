@@ -119,7 +119,7 @@ pub struct ClientSection {
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
     /// Copies of a redundant flow's packet, each on another link (0: one on every link);
-    /// more than there are links: the rest on the best links again. Default 2.
+    /// more than there are links: the rest over the links again, best first. Default 2.
     pub redundant_links: Option<usize>,
     /// Playout alignment of the redundant flows this side receives: each first copy
     /// waits for as long as its copies on the other links have lately come later, so
@@ -294,7 +294,7 @@ pub struct ServerSection {
     /// `overflow` or `redundant`.
     pub policy: Option<String>,
     /// Copies of a redundant flow's packet, each on another link (0: one on every link);
-    /// more than there are links: the rest on the best links again. Default 2.
+    /// more than there are links: the rest over the links again, best first. Default 2.
     pub redundant_links: Option<usize>,
     /// Playout alignment of the redundant flows this side receives: each first copy
     /// waits for as long as its copies on the other links have lately come later, so

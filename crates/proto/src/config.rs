@@ -125,8 +125,10 @@ pub struct Config {
     pub overflow: OverflowParams,
     /// Copies of a redundant flow's packet, the original included, each on another link:
     /// 2 (the two best links, the default) or more; 0 means one on every usable link.
-    /// More than there are usable links: the rest go on the best links again, right
-    /// after (a second copy on one link covers its random loss, not its death).
+    /// More than there are usable links: the rest go over the links again, round by
+    /// round, best first (three over two links: two on the best one; four: two on each,
+    /// so that either link dying leaves two copies on the other). A second copy on one
+    /// link covers its random loss, not its death.
     pub redundant_links: usize,
     /// Playout alignment of redundant flows, on the receiving side: a flow whose packets
     /// arrive as copies over several links is delivered at the pace of its slower copies

@@ -120,6 +120,10 @@ struct Pending {
     since: Instant,
     /// Copies still to send (1 for a reinjection).
     remaining: usize,
+    /// A redundant flow's copies: the links that carry one in the current round. Copies
+    /// beyond the usable links start another round, so that they spread over the links
+    /// again (with two links, four copies go two on each, not three on the best one).
+    round: u64,
 }
 
 /// The two queues of packets sent again.
@@ -1119,6 +1123,7 @@ impl Endpoint {
                 data,
                 since: now,
                 remaining: 1,
+                round: 0,
             },
         );
     }
@@ -1543,7 +1548,11 @@ impl Endpoint {
             }
         };
         let front = queue.front()?;
-        let sent_on = front.data.sent_on;
+        // A reinjection never goes twice on one link; a copy not twice in one round.
+        let taken = match which {
+            Again::Reinject => front.data.sent_on,
+            Again::Copy => front.round,
+        };
         let meta = PacketMeta {
             flow: front.data.flow,
             len: wire::DATA_OVERHEAD + front.data.payload.len(),
@@ -1556,20 +1565,21 @@ impl Endpoint {
         views.clear();
         views.extend(self.views.iter().map(|v| {
             let mut v = *v;
-            if sent_on & link_bit(v.id) != 0 {
-                // Never twice on one link: hide it from the policy.
+            if taken & link_bit(v.id) != 0 {
+                // Not twice on one link (in one round of copies): hide it from the policy.
                 v.state = LinkState::Down;
             }
             v
         }));
         // A copy on a suspect link does not count against `redundant_links`.
         let mut extra = false;
+        let mut new_round = false;
         if which == Again::Copy && crate::policy::usable(&views).next().is_none() {
             // Every usable link already carries this packet (one link left). A suspect
             // link that does not gets a copy first: a single loss makes a link suspect
             // for a round trip, and a copy there is the one that survives if the usable
-            // link dies meanwhile. Then the copy goes on the same link again, so that
-            // one loss there does not lose the packet.
+            // link dies meanwhile. Then a new round of copies starts over every link,
+            // so that one loss there does not lose the packet.
             // (Not a backup link: those carry nothing while another link is up.)
             let spare = |v: &LinkView| v.state == LinkState::Suspect && !v.backup;
             extra = views.iter().any(spare);
@@ -1584,6 +1594,7 @@ impl Endpoint {
             } else {
                 views.clear();
                 views.extend_from_slice(&self.views);
+                new_round = true;
             }
         }
         let fits = crate::policy::hide_links_too_small(&mut views, meta.len);
@@ -1612,6 +1623,7 @@ impl Endpoint {
             mut data,
             since,
             remaining,
+            round,
         } = queue.pop_front().expect("checked");
         self.note_oversized(li, data.payload.len());
         // The form it was first sent in, as far as it still holds: its template is still
@@ -1646,6 +1658,7 @@ impl Endpoint {
                         },
                         since,
                         remaining: left,
+                        round: if new_round { 0 } else { round } | link_bit(self.links[li].id),
                     });
                 }
             }
@@ -1765,6 +1778,7 @@ impl Endpoint {
                     },
                     since: now,
                     remaining: links - 1,
+                    round: data.sent_on,
                 });
             }
         }

@@ -982,6 +982,72 @@ fn redundant_copy_goes_on_a_suspect_link_so_the_usable_one_dying_costs_nothing()
     }
 }
 
+/// More copies than links spread over the links round by round: four copies over two
+/// links go two on each, so the link left when the other dies still carries two, and one
+/// loss there costs nothing. (When the third and fourth copies went on the best link
+/// again, the slow link carried one copy of each packet; with the fast link dead, each
+/// copy the slow link lost came by reinjection, 10 ms after its slower copy was due.)
+#[test]
+fn four_copies_over_two_links_go_two_on_each_so_either_survivor_has_a_spare() {
+    const PORT: u16 = 9310;
+    let counts = |cut_link: u16, lossy_link: u16| {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        let seen: Rc<RefCell<BTreeMap<(u16, u32), usize>>> = Rc::default();
+        let seen_in = Rc::clone(&seen);
+        let start = at_ms(200);
+        let cut = start + ms(400);
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)))
+            .link(LinkSpec::new(ms(25)))
+            .config(|c| {
+                c.default_policy = crate::PolicyKind::Redundant;
+                c.redundant_links = 4;
+            })
+            .drop_fn(Box::new(move |d| {
+                if d.link == LinkId(cut_link) && d.time >= cut {
+                    return true;
+                }
+                // The survivor loses the first copy of every packet it carries.
+                let mut seen = seen_in.borrow_mut();
+                let mut first = false;
+                for i in data_in(d.bytes).iter().filter(|i| i.src_port == PORT) {
+                    let n = seen.entry((d.link.0, i.seq)).or_default();
+                    *n += 1;
+                    first |= *n == 1;
+                }
+                first && d.link == LinkId(lossy_link) && d.time >= cut
+            }))
+            .build();
+        pair.send_stream(Side::Client, &FlowSpec::bulk(PORT, 160), 50, start, ms(20));
+        pair.drive_until(start + ms(3000));
+        let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+        assert_eq!(got[&PORT].len(), 50, "cut link {cut_link}");
+        for seq in 0..50u32 {
+            let sent = start + ms(20) * seq;
+            let late = delivery_of(&pair, Side::Server, PORT, seq).expect("delivered") - sent;
+            assert!(
+                late <= ms(26),
+                "cut link {cut_link}: packet {seq} delivered {late:?} after it was sent"
+            );
+        }
+        let seen = seen.borrow();
+        // Before the cut, each packet went twice on each link.
+        for seq in 0..15u32 {
+            for link in 0..2u16 {
+                assert_eq!(
+                    seen.get(&(link, seq)),
+                    Some(&2),
+                    "packet {seq} on link {link}"
+                );
+            }
+        }
+    };
+    // Either link may be the one that dies.
+    counts(0, 1);
+    counts(1, 0);
+}
+
 /// An aggregate flow's packet lost on a link that works comes by another link (4.4): the
 /// inner transport never sees the loss, and nothing is left recorded for it.
 #[test]
