@@ -65,6 +65,28 @@ fn delivery_of(pair: &Pair, side: Side, port: u16, seq: u32) -> Option<Instant> 
         .map(|d| d.time)
 }
 
+/// The server delivered each of the `n` packets of `port` sent from `start` every
+/// `spacing` (`sent`), once and in order, each within `bound` of its sending.
+fn assert_each_within(
+    pair: &Pair,
+    port: u16,
+    sent: (u32, Instant, Duration),
+    bound: Duration,
+    what: &str,
+) {
+    let (n, start, spacing) = sent;
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&port].len(), n as usize, "{what}delivered");
+    for seq in 0..n {
+        let sent = start + spacing * seq;
+        let late = delivery_of(pair, Side::Server, port, seq).expect("delivered") - sent;
+        assert!(
+            late <= bound,
+            "{what}packet {seq} delivered {late:?} after it was sent"
+        );
+    }
+}
+
 /// Client data datagrams handed over for `link` during `[t0, t1)`.
 fn data_on(pair: &Pair, link: u16, t0: Instant, t1: Instant) -> usize {
     pair.data_transmits(Side::Client)
@@ -970,16 +992,7 @@ fn redundant_copy_goes_on_a_suspect_link_so_the_usable_one_dying_costs_nothing()
     }
     cut.set(t);
     pair.drive_until(start + ms(3000));
-    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
-    assert_eq!(got[&PORT].len(), 100);
-    for seq in 0..100u32 {
-        let sent = start + ms(20) * seq;
-        let late = delivery_of(&pair, Side::Server, PORT, seq).expect("delivered") - sent;
-        assert!(
-            late <= ms(30),
-            "packet {seq} delivered {late:?} after it was sent"
-        );
-    }
+    assert_each_within(&pair, PORT, (100, start, ms(20)), ms(30), "");
 }
 
 /// More copies than links spread over the links round by round: four copies over two
@@ -1021,16 +1034,8 @@ fn four_copies_over_two_links_go_two_on_each_so_either_survivor_has_a_spare() {
             .build();
         pair.send_stream(Side::Client, &FlowSpec::bulk(PORT, 160), 50, start, ms(20));
         pair.drive_until(start + ms(3000));
-        let got = check_once_in_order(&pair.delivered_inner(Side::Server));
-        assert_eq!(got[&PORT].len(), 50, "cut link {cut_link}");
-        for seq in 0..50u32 {
-            let sent = start + ms(20) * seq;
-            let late = delivery_of(&pair, Side::Server, PORT, seq).expect("delivered") - sent;
-            assert!(
-                late <= ms(26),
-                "cut link {cut_link}: packet {seq} delivered {late:?} after it was sent"
-            );
-        }
+        let what = format!("cut link {cut_link}: ");
+        assert_each_within(&pair, PORT, (50, start, ms(20)), ms(26), &what);
         let seen = seen.borrow();
         // Before the cut, each packet went twice on each link.
         for seq in 0..15u32 {
