@@ -1003,7 +1003,7 @@ fn redundant_copy_goes_on_a_suspect_link_so_the_usable_one_dying_costs_nothing()
 #[test]
 fn four_copies_over_two_links_go_two_on_each_so_either_survivor_has_a_spare() {
     const PORT: u16 = 9310;
-    let counts = |cut_link: u16, lossy_link: u16| {
+    let check = |cut_link: u16, lossy_link: u16| {
         use std::cell::RefCell;
         use std::rc::Rc;
         let seen: Rc<RefCell<BTreeMap<(u16, u32), usize>>> = Rc::default();
@@ -1049,8 +1049,8 @@ fn four_copies_over_two_links_go_two_on_each_so_either_survivor_has_a_spare() {
         }
     };
     // Either link may be the one that dies.
-    counts(0, 1);
-    counts(1, 0);
+    check(0, 1);
+    check(1, 0);
 }
 
 /// An aggregate flow's packet lost on a link that works comes by another link (4.4): the
