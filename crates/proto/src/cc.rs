@@ -868,7 +868,8 @@ mod tests {
             while now < Duration::from_secs(1) {
                 now += Duration::from_micros(1200);
                 let at = Instant::ZERO + now;
-                // The window, not the link, is the limit: it delivers `cwnd` per RTT.
+                // The window is the limit: it delivers `cwnd` per RTT, up to the link's
+                // 10 Mb/s (a full-size packet per 1.2 ms).
                 let packet = MSS.min(c.cwnd / min_rtt.as_secs_f64() * 0.0012);
                 let rtt = min_rtt + serialization;
                 c.on_ack(at, packet as usize, Some(rtt), rtt, ms(0), c.cwnd() - 1000);
