@@ -159,7 +159,7 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         let capacity = trace_capacity(&format!("{t}.up"), 30.0);
         // Means over seven path delays: a single run swings with the delay (which of the
         // trace's bursts and pauses the flows meet), TMobile-UMTS's p95 over 0.5-1.6 s
-        // and Verizon-LTE's share over 59-75 %, so one run says little of the
+        // and Verizon-LTE's share over 58-75 %, so one run says little of the
         // controller.
         let delays = ["14", "17", "20", "23", "26", "29", "32"];
         let (mut share, mut p95) = (0.0, 0.0);
