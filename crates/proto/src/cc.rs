@@ -636,11 +636,16 @@ impl Controller {
         // windows): its own queue counts at most `max_queue`, or a link whose flow
         // starts after another sender filled the bottleneck would take that sender's
         // queue for its own, until its base delay expired into it.
+        // One packet at the highest rate the link showed lately.
+        let best_packet_time = if self.capacity_packet_time.empty {
+            packet_time
+        } else {
+            packet_time.min(self.capacity_packet_time.get().as_secs_f64())
+        };
         let own = if self.capacity_packet_time.empty {
             hold.min(max_queue)
         } else {
-            let capacity_time = self.capacity_packet_time.get().as_secs_f64();
-            hold.min(target(packet_time.min(capacity_time)).max(max_queue))
+            hold.min(target(best_packet_time).max(max_queue))
         };
         let nearly_empty = if self.competitive {
             dq <= 2.0 * own
@@ -686,12 +691,6 @@ impl Controller {
             // delivery rate while the flows above had less to send says nothing of the
             // link.
             let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + hold);
-            // One packet at the highest rate the link showed lately.
-            let best_packet_time = if self.capacity_packet_time.empty {
-                packet_time
-            } else {
-                packet_time.min(self.capacity_packet_time.get().as_secs_f64())
-            };
             if self.search_queue(now, srtt, best_packet_time).as_secs_f64() < hold / 2.0 {
                 self.short_since.get_or_insert(now);
             } else {
