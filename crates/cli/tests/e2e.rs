@@ -504,6 +504,17 @@ fn tcp_and_udp_through_the_tunnel_over_two_links() {
         .unwrap_or_else(|| panic!("the UDP flow in {st}"));
     assert_eq!(f["received"], 2000, "{st}");
     assert!(!f["links"].as_array().unwrap().is_empty(), "{st}");
+    // Each of those packets counted once, on the link it came over, by the link's name.
+    let by_link = f["received_by_link"].as_object().unwrap();
+    assert!(!by_link.is_empty(), "{st}");
+    let server_links = st["sessions"][0]["links"].as_array().unwrap();
+    let names: Vec<&str> = server_links
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert!(by_link.keys().all(|k| names.contains(&k.as_str())), "{st}");
+    let sum: u64 = by_link.values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(sum, 2000, "{st}");
 }
 
 /// One link over IPv6 only (an IPv6-only cellular network), the other over IPv4: the

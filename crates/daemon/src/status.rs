@@ -2,6 +2,7 @@
 //! rates, in flight, what waits above and below the binding point, and every drop and
 //! reinjection counter by reason.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use latebind_proto::{Instant, LinkState};
@@ -218,6 +219,10 @@ pub struct FlowStatus {
     pub align_ms: Option<f64>,
     /// Packets received (duplicates not counted).
     pub received: u64,
+    /// Of those, how many came over each link (its first copy, for a redundant flow),
+    /// by link name: how the binding point spread the flow.
+    #[serde(default)]
+    pub received_by_link: BTreeMap<String, u64>,
     /// Packets that waited for an earlier one.
     pub held: u64,
     /// Missing packets given up after the hold.
@@ -399,6 +404,11 @@ impl SessionStatus {
                     hold_ms: f.hold.map(ms),
                     align_ms: f.align.map(ms),
                     received: f.counts.received,
+                    received_by_link: f
+                        .received_by_link
+                        .iter()
+                        .map(|&(l, n)| (names(l.0), n))
+                        .collect(),
                     held: f.counts.held,
                     gaps_skipped: f.counts.gaps_skipped,
                     late_delivered: f.counts.late_delivered,
@@ -593,8 +603,8 @@ impl Status {
             if !ses.flows_received.is_empty() {
                 let _ = writeln!(
                     s,
-                    "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}",
-                    "flow received", "links", "hold ms", "align ms", "recv", "held", "gaps", "late"
+                    "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}  recv by link",
+                    "flow received", "links", "hold ms", "align ms", "recv", "held", "gaps", "late",
                 );
             }
             let ms_or_dash =
@@ -602,7 +612,7 @@ impl Status {
             for f in &ses.flows_received {
                 let _ = writeln!(
                     s,
-                    "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}",
+                    "  {:<47} {:<16} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6}  {}",
                     f.flow,
                     f.links.join(","),
                     ms_or_dash(f.hold_ms),
@@ -610,7 +620,12 @@ impl Status {
                     f.received,
                     f.held,
                     f.gaps_skipped,
-                    f.late_delivered
+                    f.late_delivered,
+                    f.received_by_link
+                        .iter()
+                        .map(|(l, n)| format!("{l} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         }

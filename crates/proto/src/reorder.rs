@@ -343,6 +343,8 @@ struct RxFlow {
     /// The flow's 5-tuple, from its first packet that parses.
     key: Option<FlowKey>,
     counts: FlowCounts,
+    /// Packets received (first copies) over each link, by link index.
+    by_link: Vec<u64>,
     play: Option<Box<Playout>>,
     /// The flow's sender re-sends its losses (its latest packet came as DATA_RECOVERED).
     repaired: bool,
@@ -419,6 +421,9 @@ pub struct FlowReorderView {
     pub align: Option<Duration>,
     /// Its counters.
     pub counts: FlowCounts,
+    /// Of `counts.received`, how many came over each link (first copies; links that
+    /// carried none of them are left out).
+    pub received_by_link: Vec<(LinkId, u64)>,
 }
 
 /// How long a flow's view remembers a link it received over: one to two of these.
@@ -543,6 +548,7 @@ impl Reorder {
             hold: None,
             key: None,
             counts: FlowCounts::default(),
+            by_link: Vec::new(),
             play: None,
             repaired: false,
         })
@@ -614,6 +620,13 @@ impl Reorder {
                 hold: f.hold,
                 align: f.play.as_ref().filter(|p| p.on).map(|p| p.last_hold),
                 counts: f.counts,
+                received_by_link: f
+                    .by_link
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &n)| n > 0)
+                    .map(|(i, &n)| (link_id(i), n))
+                    .collect(),
             })
             .collect()
     }
@@ -672,6 +685,10 @@ impl Reorder {
         if let Some(l) = link {
             Self::note(f, now, l);
             f.window[0].firsts = f.window[0].firsts.saturating_add(1);
+            if f.by_link.len() <= l {
+                f.by_link.resize(l + 1, 0);
+            }
+            f.by_link[l] += 1;
         }
         if self.align
             && let (Some(l), Some(g)) = (link, gseq)
@@ -1056,6 +1073,26 @@ mod tests {
         assert_eq!(v[1].hold, None, "never out of order");
         // Not an IP packet: no 5-tuple.
         assert_eq!(v[1].key, None);
+    }
+
+    /// How the binding point spread a flow: its first copies counted per link, a
+    /// duplicate (a redundant flow's second copy) not.
+    #[test]
+    fn a_flow_counts_what_each_link_delivered_of_it() {
+        let mut r = Reorder::new(100, 0);
+        let f = FlowId(1);
+        for (seq, link) in [(0, 2), (1, 0), (2, 2), (3, 2)] {
+            r.insert_copy(t(seq), HOLD, f, link, seq, seq, vec![0], false);
+        }
+        r.note_copy(t(4), f, 3, 0);
+        let v = r.flow_views(1, |i| LinkId(10 + i as u16));
+        assert_eq!(v[0].counts.received, 4);
+        assert_eq!(v[0].received_by_link, [(LinkId(10), 1), (LinkId(12), 3)]);
+        // Packets accepted without a link are counted as received only.
+        r.insert(t(5), HOLD, f, 4, vec![0]);
+        let v = r.flow_views(1, |i| LinkId(10 + i as u16));
+        assert_eq!(v[0].counts.received, 5);
+        assert_eq!(v[0].received_by_link, [(LinkId(10), 1), (LinkId(12), 3)]);
     }
 
     #[test]
