@@ -60,6 +60,19 @@
 //!   carries most of that capacity, or else every 8 round trips and half as often after
 //!   each drain that found the other traffic still there: if the queue then empties, it
 //!   was the link's own and the delay target returns.
+//! - A queue the cuts do not shorten: the only link up competes sooner. A queue of its
+//!   own loses at least half when the window halves (the window is
+//!   `R * (RTTmin + dq)`); when, two standing RTTs and the link's recent longest pause
+//!   after the window fell to half of what it was when the queue first passed `hold`,
+//!   the queue has not lost even a quarter, it is another sender's
+//!   (one that fills the FIFO slowly, as a TCP that leaves slow start early does, keeps
+//!   the queue near the competing test's bound while the window shrinks, and the flows
+//!   above the binding point meet CoDel meanwhile). It then competes from the window it
+//!   had before those cuts, and ends that only when the queue comes within twice the
+//!   target it had then (at most two packets at the best rate): the target of now grows
+//!   with the gaps that the other sender's packets make between this link's. With
+//!   another link up the flows move there as this window falls, and only the test of ten
+//!   minimum RTTs applies.
 //!
 //! The windowed minimum and maximum filters are Kathleen Nichols' three-sample estimator
 //! (as in Linux's `lib/minmax.c`): constant memory, exact when the extreme is recent.
@@ -270,6 +283,29 @@ pub(crate) struct Controller {
     /// undoing what the delay target took off meanwhile for a queue that was not this
     /// link's own.
     empty_cwnd: f64,
+    /// A queue over the target that the window's cuts have not answered yet.
+    unanswered: Option<Unanswered>,
+    /// Competitive mode entered on an unanswered queue: the link's own target then, at
+    /// most two packets at its best rate (seconds); the mode ends only when the queue
+    /// comes within twice that (not the target of now, which another sender's packets
+    /// between this link's lengthen).
+    competing_own: f64,
+    /// No other link is up to take the flows: only then does an unanswered queue make
+    /// the link compete at once. With another link up, the flows move there as this
+    /// link's window falls (the bonding slides' case of TCP cross-traffic on the
+    /// primary link), and only the test of ten minimum RTTs makes it compete.
+    alone: bool,
+}
+
+/// A queue over the target: the window before the cuts it asked for (`cwnd`), when the
+/// window had fallen to half of that and the queue then (`halved`, seconds), and the
+/// link's own target queue when it began (`own`: before another sender's packets between
+/// this link's could lengthen the gaps between its acknowledgements, which it follows).
+#[derive(Clone, Copy, Debug)]
+struct Unanswered {
+    cwnd: f64,
+    halved: Option<(Instant, f64)>,
+    own: f64,
 }
 
 /// The rate (bytes per second) at which a full-size packet takes `packet_time`.
@@ -322,6 +358,9 @@ impl Controller {
             drain_until: None,
             saved_cwnd: INITIAL_CWND,
             empty_cwnd: INITIAL_CWND,
+            unanswered: None,
+            competing_own: f64::INFINITY,
+            alone: true,
         }
     }
 
@@ -389,6 +428,11 @@ impl Controller {
         self.hold_down_until = now + self.standing_rtt + self.min_rtt();
         // Without a capacity measured, the link finds it by starting up again.
         self.startup = known.is_none();
+    }
+
+    /// Whether this is the only link up; see `alone`.
+    pub(crate) fn set_alone(&mut self, alone: bool) {
+        self.alone = alone;
     }
 
     /// The window, bytes.
@@ -648,7 +692,7 @@ impl Controller {
             hold.min(target(best_packet_time).max(max_queue))
         };
         let nearly_empty = if self.competitive {
-            dq <= 2.0 * own
+            dq <= 2.0 * own.min(self.competing_own)
         } else {
             dq <= (2.0 * own).max(0.1 * spread)
         };
@@ -661,9 +705,43 @@ impl Controller {
                 self.drain_until = None;
             }
         }
+        // A queue this link's own cuts do not shorten is another sender's. Halving the
+        // window takes at least half off a queue of the link's own (the window is
+        // `R * (RTTmin + dq)`) once the packets sent after it have come back: within two
+        // standing RTTs (the standing queue is the least of the last half RTT, and the
+        // window may wait for packets in flight to leave before it sends again), plus a
+        // pause as long as the link's recent ones. A queue that has not lost even a
+        // quarter by then is not its own. A capacity that fell shows as a queue the cuts
+        // do shorten, only later.
+        let mut unanswered = None;
+        let (alone, wait) = (self.alone, self.standing_rtt * 2 + self.recent_pause());
+        if self.competitive || self.startup {
+            self.unanswered = None;
+        } else {
+            match &mut self.unanswered {
+                None if limited && dq > hold => {
+                    self.unanswered = Some(Unanswered {
+                        cwnd: self.cwnd,
+                        halved: None,
+                        own: target(best_packet_time),
+                    });
+                }
+                Some(u) if dq <= u.own => self.unanswered = None,
+                Some(u) => match u.halved {
+                    None if self.cwnd <= 0.5 * u.cwnd => u.halved = Some((now, dq)),
+                    Some((at, then)) if alone && dq >= 0.75 * then && now - at >= wait => {
+                        unanswered = Some(*u);
+                    }
+                    _ => {}
+                },
+                None => {}
+            }
+        }
         // Counted in minimum RTTs: the standing RTT grows with the very queue that is in
         // question, and a link starved by it would wait for it ever longer.
-        if !self.competitive && now - self.last_nearly_empty > min * COMPETITIVE_AFTER_RTTS {
+        if !self.competitive
+            && (unanswered.is_some() || now - self.last_nearly_empty > min * COMPETITIVE_AFTER_RTTS)
+        {
             // Something else keeps the bottleneck's queue from emptying: a delay target
             // would leave the link to it. Start from what the link carried while its
             // window limited it, or the window it had when the queue was last nearly
@@ -682,7 +760,12 @@ impl Controller {
             self.cwnd = self
                 .cwnd
                 .max(0.5 * self.limited_rate * srtt.as_secs_f64())
-                .max(self.empty_cwnd);
+                .max(self.empty_cwnd)
+                .max(unanswered.map_or(0.0, |u| u.cwnd));
+            self.competing_own = unanswered.map_or(f64::INFINITY, |u| {
+                u.own.min(HOLD_PACKETS * best_packet_time)
+            });
+            self.unanswered = None;
         }
         if self.competitive {
             self.competitive_ack(now, acked, in_flight, srtt);
@@ -1241,7 +1324,38 @@ mod tests {
         foreign_at: f64,
         secs: f64,
     ) -> (Option<f64>, f64) {
+        let run = compete_ramp(rate, base, fifo, foreign_at, 0.0, secs, true);
+        (run.competitive_at, run.share)
+    }
+
+    /// What [`compete_ramp`] saw.
+    struct CompeteRun {
+        /// When the controller turned competitive, if it did.
+        competitive_at: Option<f64>,
+        /// Its share of what the bottleneck delivered over the second half.
+        share: f64,
+        /// Its window just before the other sender started, and when it turned
+        /// competitive.
+        cwnd_before: f64,
+        cwnd_at: f64,
+    }
+
+    /// [`compete`] with another sender whose rate grows from nothing to the bottleneck's
+    /// over `ramp` seconds (a TCP that leaves slow start early and then fills the FIFO
+    /// slowly) instead of starting at once; `alone`: no other link is up.
+    fn compete_ramp(
+        rate: f64,
+        base: Duration,
+        fifo: f64,
+        foreign_at: f64,
+        ramp: f64,
+        secs: f64,
+        alone: bool,
+    ) -> CompeteRun {
+        let mut cwnd_before = 0.0;
+        let mut cwnd_at = 0.0;
         let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        c.set_alone(alone);
         let step = Duration::from_micros(500);
         let dt = step.as_secs_f64();
         let t = |i: Instant| i.as_duration().as_secs_f64();
@@ -1259,7 +1373,14 @@ mod tests {
                 .max(0.0);
             // Both arrive together; when the FIFO has less room than that, its tail drops
             // the same fraction of each.
-            let foreign = if t(now) >= foreign_at { rate * dt } else { 0.0 };
+            let foreign = if t(now) < foreign_at {
+                cwnd_before = c.cwnd() as f64;
+                0.0
+            } else if ramp > 0.0 {
+                rate * dt * ((t(now) - foreign_at) / ramp).min(1.0)
+            } else {
+                rate * dt
+            };
             let fits = ((limit - queued) / (foreign + allowed)).clamp(0.0, 1.0);
             if foreign * fits > 0.0 {
                 queue.push_back((now, foreign * fits, false));
@@ -1299,10 +1420,47 @@ mod tests {
             deliver_acks(&mut c, &mut acks, now, &mut flight, &mut srtt);
             if c.competitive() && competitive_at.is_none() {
                 competitive_at = Some(t(now));
+                cwnd_at = c.cwnd() as f64;
             }
             now += step;
         }
-        (competitive_at, ours / all.max(1.0))
+        CompeteRun {
+            competitive_at,
+            share: ours / all.max(1.0),
+            cwnd_before,
+            cwnd_at,
+        }
+    }
+
+    /// Another sender that fills the FIFO slowly: the queue grows while the delay target
+    /// halves the window, and the cuts do not shorten it. The controller competes within
+    /// a few round trips of that, from the window it had before the cuts, instead of
+    /// waiting for the queue to pass its longer test while the window shrinks (which it
+    /// still does when another link is up to take the flows).
+    #[test]
+    fn competes_soon_when_its_cuts_do_not_shorten_the_queue() {
+        for (mbps, base_ms, fifo, ramp) in [
+            (10.0, 40, 1.2, 2.0),
+            (30.0, 20, 0.4, 1.0),
+            (4.0, 60, 2.0, 3.0),
+        ] {
+            let rate = mbps * 1e6 / 8.0;
+            let other = compete_ramp(rate, ms(base_ms), fifo, 2.0, ramp, 20.0, false);
+            let r = compete_ramp(rate, ms(base_ms), fifo, 2.0, ramp, 20.0, true);
+            let what = format!(
+                "{mbps} Mb/s, {base_ms} ms, ramp {ramp} s: competed at {:?}, window {} before, {} then, share {}",
+                r.competitive_at, r.cwnd_before, r.cwnd_at, r.share
+            );
+            let at = r
+                .competitive_at
+                .unwrap_or_else(|| panic!("{what}: never competed"));
+            // Before the other sender has even reached the bottleneck's rate.
+            assert!(at - 2.0 < ramp, "{what}");
+            assert!(r.cwnd_at >= 0.8 * r.cwnd_before, "{what}");
+            assert!(r.share > 1.0 / 3.0, "{what}");
+            let later = other.competitive_at.unwrap_or(f64::INFINITY);
+            assert!(later - 2.0 >= ramp, "with another link up: {what}");
+        }
     }
 
     /// Another sender fills the bottleneck's deep FIFO: the delay target shrinks this

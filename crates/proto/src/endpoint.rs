@@ -839,6 +839,14 @@ impl Endpoint {
                 };
                 let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
                 let same_path = i == arrived_on;
+                let alone = !self
+                    .links
+                    .iter()
+                    .enumerate()
+                    .any(|(j, l)| j != i && l.state == LinkState::Up && !l.config.backup);
+                if let Some(c) = &mut self.links[i].cc {
+                    c.set_alone(alone);
+                }
                 let out = self.links[i].on_ack(
                     now,
                     ack.largest,

@@ -1247,7 +1247,9 @@ fn a_recovered_flows_gap_is_waited_for_while_a_link_is_suspect() {
 /// After `handle_path_change`, or the interface going down and up (another cell, another
 /// access point), the link's minimum RTT is the new path's and rate control reads no
 /// standing queue; without either (the control run), the old minimum stays, and the
-/// controller reads the 40 ms of difference as a queue and holds the link back.
+/// controller reads the 40 ms of difference as a queue: one that its cuts do not shorten,
+/// which it takes for another sender's and competes for (before that test, it held the
+/// link back).
 #[test]
 fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
     #[derive(Clone, Copy, Debug, PartialEq)]
@@ -1285,8 +1287,8 @@ fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
     };
     let (kept, kept_delivered) = run(Change::Unnoticed);
     assert!(
-        kept.min_rtt < ms(25),
-        "the control run kept the old minimum: {kept:?}"
+        kept.min_rtt < ms(25) && kept.queue_delay >= ms(15),
+        "the control run kept the old minimum and reads a queue: {kept:?}"
     );
     for change in [Change::Address, Change::DownUp] {
         let (v, delivered) = run(change);
@@ -1300,10 +1302,7 @@ fn a_path_change_starts_the_links_rtt_and_rate_control_over() {
             delivered >= 900,
             "{change:?}: {delivered} packets in the last second"
         );
-        assert!(
-            kept_delivered * 2 < delivered,
-            "the control run is held back: {kept_delivered} against {delivered}"
-        );
+        assert!(!v.competitive, "{change:?}: {v:?}");
     }
 }
 
