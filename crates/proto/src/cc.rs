@@ -765,7 +765,6 @@ impl Controller {
             self.competing_own = unanswered.map_or(f64::INFINITY, |u| {
                 u.own.min(HOLD_PACKETS * best_packet_time)
             });
-            self.unanswered = None;
         }
         if self.competitive {
             self.competitive_ack(now, acked, in_flight, srtt);
