@@ -88,10 +88,11 @@ fn remote_cut_loses_no_udp_packet_and_stalls_about_one_round_trip() {
         // A run during which the machine held the emulator or a sender for over 10 ms
         // (they run in SCHED_FIFO; in 30 runs here, late by 1-2 ms at most but once by
         // 11 ms, in a run that suspected the surviving link as well) may have held the
-        // daemons too, and the flows' packets waited above the binding point meanwhile. A CI run failed so, its stall not recorded: two UDP packets lost to
-        // three AQM drops, the flows' p99 97-106 ms against 20-22 ms in other runs. Such
-        // a run says nothing of reinjection: once more. A run that fails without a stall
-        // fails the test.
+        // daemons too, and the flows' packets waited above the binding point meanwhile.
+        // A CI run failed so, its stall not recorded: two UDP packets lost to three AQM
+        // drops, the flows' p99 97-106 ms against 20-22 ms in other runs. Such a run
+        // says nothing of reinjection: once more. A run that fails without a stall fails
+        // the test.
         assert!(
             stall > 10_000.0,
             "{e} (no stall of the machine over 10 ms: {stall:.0} us)"
