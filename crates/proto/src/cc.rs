@@ -50,7 +50,9 @@
 //!   stream and not as a burst.
 //! - Competing traffic: while the queue is never nearly empty for ten minimum RTTs,
 //!   something else keeps the bottleneck full and a delay target would leave the link
-//!   to it (the two packets of the target count here at most `max_queue`, unless they
+//!   to it (a pause of the link, during which packets wait and come back late by it,
+//!   does not count as time with a queue: a cellular scheduler's pause of a second is
+//!   no other sender; the two packets of the target count here at most `max_queue`, unless they
 //!   take longer at the highest rate of the last seconds: this link's own rate falls
 //!   with the share the other traffic takes; and before the window has ever limited the
 //!   link, at most `max_queue`). The controller then competes: its window
@@ -260,6 +262,10 @@ pub(crate) struct Controller {
     /// after.
     gaps: MinMax,
     last_ack_at: Instant,
+    /// Whether packets were still in flight after the last acknowledgement, and the
+    /// RTT sample it gave: see `pause`.
+    waiting_at_last_ack: bool,
+    last_ack_rtt: Duration,
     competitive: bool,
     loss_in_round: bool,
     round_start: Instant,
@@ -345,6 +351,8 @@ impl Controller {
             seed: None,
             gaps: MinMax::new(true),
             last_ack_at: now,
+            waiting_at_last_ack: false,
+            last_ack_rtt: Duration::ZERO,
             competitive: false,
             loss_in_round: false,
             round_start: now,
@@ -525,6 +533,23 @@ impl Controller {
         standing.saturating_sub(min + own).min(self.queue_delay())
     }
 
+    /// How long the link delivered nothing before this acknowledgement (its RTT sample
+    /// `rtt`) while packets waited on it, beyond `max_queue`. The gap since the last
+    /// acknowledgement counts only as far as this packet waited longer than that one's:
+    /// packets that queued through a pause come back late by it, but behind another
+    /// sender's queue, where this link's share spaces its acknowledgements out, each
+    /// waits about as long as the one before (and a gap after which nothing was in
+    /// flight was this end sending nothing). `max_queue` is left out of each gap: the
+    /// spacing of a small share, or of a queue that grows.
+    fn pause(&self, now: Instant, rtt: Duration) -> Duration {
+        if !self.waiting_at_last_ack {
+            return Duration::ZERO;
+        }
+        (now - self.last_ack_at)
+            .min(rtt.saturating_sub(self.last_ack_rtt))
+            .saturating_sub(self.max_queue)
+    }
+
     /// The longest pause of the last [`GAP_WINDOW`]: how long the link lately delivered
     /// nothing while packets waited (a cellular scheduler's pause).
     pub(crate) fn recent_pause(&self) -> Duration {
@@ -621,8 +646,14 @@ impl Controller {
                 let waited = rtt.saturating_sub(self.min_rtt.get());
                 let gap = (now - self.last_ack_at).min(waited);
                 self.gaps.update(now, GAP_WINDOW, gap);
+                // A pause of the link is no sign of another sender: the test of ten
+                // minimum RTTs counts only the time the link delivered.
+                let paused = self.pause(now, rtt);
+                self.last_nearly_empty = (self.last_nearly_empty + paused).min(now);
+                self.last_ack_rtt = rtt;
             }
             self.last_ack_at = now;
+            self.waiting_at_last_ack = in_flight > 0;
         }
         if self.startup
             && self.has_sample
@@ -1051,7 +1082,32 @@ mod tests {
         take: Option<(f64, f64)>,
         offered: Option<f64>,
     ) -> (Vec<f64>, f64) {
+        let rate_at = |x: f64| match change {
+            Some((at, r)) if x >= at => r,
+            _ => rate,
+        };
+        let m = run_model(&rate_at, base, secs, take, offered);
+        (m.delays, m.got)
+    }
+
+    /// What [`run_model`] saw: the queueing delays and the rate acknowledged over its
+    /// window, and whether the controller ever competed.
+    struct Model {
+        delays: Vec<f64>,
+        got: f64,
+        competed: bool,
+    }
+
+    /// [`run_with`] over a bottleneck that drains `rate_at(t)` bytes/s at `t` seconds.
+    fn run_model(
+        rate_at: &dyn Fn(f64) -> f64,
+        base: Duration,
+        secs: f64,
+        take: Option<(f64, f64)>,
+        offered: Option<f64>,
+    ) -> Model {
         let mut credit = 0.0_f64;
+        let mut competed = false;
         let mut taken = false;
         let window = |x: f64| match take {
             Some((at, _)) => x >= at && x < at + 1.0,
@@ -1067,17 +1123,12 @@ mod tests {
         // Acknowledgements on their way back: (arrives, bytes, rtt sample).
         let mut acks: VecDeque<(Instant, f64, Duration)> = VecDeque::new();
         let mut flight = 0.0_f64;
-        let mut rate = rate;
         let mut delays = Vec::new();
         let mut srtt = base;
         let mut acked_late = 0.0;
         let t = |i: Instant| i.as_duration().as_secs_f64();
         while t(now) < secs {
-            if let Some((at, r)) = change
-                && t(now) >= at
-            {
-                rate = r;
-            }
+            let rate = rate_at(t(now));
             if let Some((at, moved)) = take
                 && t(now) >= at
                 && !taken
@@ -1119,16 +1170,21 @@ mod tests {
                 }
             }
             let acked = deliver_acks(&mut c, &mut acks, now, &mut flight, &mut srtt);
+            competed |= c.competitive();
             if window(t(now)) {
                 acked_late += acked;
             }
-            if window(t(now)) {
+            if window(t(now)) && rate > 0.0 {
                 delays.push(queued / rate);
             }
             now += step;
         }
         let span = if take.is_some() { 1.0 } else { 2.0 };
-        (delays, acked_late / span)
+        Model {
+            delays,
+            got: acked_late / span,
+            competed,
+        }
     }
 
     #[test]
@@ -1139,6 +1195,34 @@ mod tests {
         assert!(got > 0.85 * rate, "rate {got} of {rate}");
         // A few packets: 1.2 ms each at 10 Mb/s.
         assert!(max < 0.012, "queueing delay up to {max} s");
+    }
+
+    /// A link whose delivery pauses for longer than ten minimum RTTs (a cellular
+    /// scheduler on a driving trace): packets wait through each pause, so the queue is
+    /// never nearly empty for that long, but nothing else shares the bottleneck and
+    /// the controller must not compete (its window would double into the link's queue:
+    /// the TMobile UMTS upload's probe p95 of 1.4-1.6 s in the simulator). Only the time
+    /// the link delivers counts.
+    #[test]
+    fn pauses_longer_than_ten_round_trips_are_not_another_sender() {
+        for (mbps, base_ms, pause) in [(4.0, 40, 0.6), (10.0, 20, 0.3), (1.0, 60, 1.5)] {
+            let rate = mbps * 1e6 / 8.0;
+            // From 2 s on, the link delivers nothing for `pause` seconds of every 3.
+            let rate_at = |x: f64| {
+                if x >= 2.0 && (x - 2.0) % 3.0 < pause {
+                    0.0
+                } else {
+                    rate
+                }
+            };
+            let m = run_model(&rate_at, ms(base_ms), 20.0, None, None);
+            let what = format!("{mbps} Mb/s, {base_ms} ms, pauses of {pause} s");
+            assert!(!m.competed, "{what}: competed");
+            // Outside the pauses the window keeps its queue short: the last 2 s hold one
+            // pause (at 17 s) and more than a second after it.
+            let max = m.delays.iter().copied().fold(0.0, f64::max);
+            assert!(max < pause + 0.1, "{what}: queueing delay up to {max} s");
+        }
     }
 
     #[test]

@@ -180,9 +180,11 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         // 65-70 % of the capacity on these traces.
         assert!(share > 0.6, "{t}: {:.0} % of the capacity", share * 100.0);
         // Far from the plain path's seconds (2.4-4.2 s at p50 on these traces). The
-        // highest is TMobile-UMTS's: 855 ms (915 ms before the search read the queue
-        // on full-size datagrams, docs/RESULTS.md 18).
-        assert!(p95 < 1000.0, "{t}: the probe's p95 {p95:.0} ms");
+        // highest is TMobile-UMTS's: 620 ms; 855 ms while its pauses of seconds counted
+        // toward the competing test's ten round trips and made the link compete, its
+        // window doubling into a queue of a second (docs/RESULTS.md 10.2); 915 ms before
+        // the search read the queue on full-size datagrams (18).
+        assert!(p95 < 750.0, "{t}: the probe's p95 {p95:.0} ms");
     }
 }
 
