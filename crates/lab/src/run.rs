@@ -1198,6 +1198,9 @@ fn run_mode(
                 // `latebind status`.
                 data_sent_per_s: Vec::new(),
                 rate_control: None,
+                // Not measured: a fixed-rate uplink queues in the client's htb qdisc,
+                // which the emulator does not see; the flows' latency is the measure.
+                network_delay_ms: None,
             }
         })
         .collect();

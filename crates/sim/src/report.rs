@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use latebind_traffic::Latency;
 use serde::Serialize;
 
 use crate::cuts::{CutReport, FlowCuts, cut_reports};
@@ -89,6 +90,14 @@ pub struct LinkReport {
     /// sampled every 10 ms while the link was up (mode late; absent when off).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_control: Option<[CcReport; 2]>,
+    /// How long the packets the link delivered spent in it, client -> server and server
+    /// -> client (the tunnel's datagrams and the packets of flows outside the tunnel):
+    /// from the moment the sender's side of the link accepted one to its arrival at the
+    /// far end. Its excess over the link's one-way delay is the queue at the link's
+    /// bottleneck as the packets met it (and, on a trace, the wait for a delivery
+    /// opportunity). Simulator only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_delay_ms: Option<[LatencyReport; 2]>,
 }
 
 /// One direction's rate control over the run.
@@ -223,6 +232,18 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+impl LatencyReport {
+    /// The percentiles, rounded to the microsecond.
+    pub fn of(l: &Latency) -> Self {
+        Self {
+            p50: round3(l.p50),
+            p95: round3(l.p95),
+            p99: round3(l.p99),
+            max: round3(l.max),
+        }
+    }
+}
+
 impl Report {
     /// Builds the report of a finished run.
     pub fn new(name: &str, seed: u64, link_names: &[String], outcome: &Outcome) -> Self {
@@ -249,12 +270,7 @@ impl Report {
                 delivered: r.delivered,
                 lost: r.lost,
                 duplicates: r.duplicates,
-                latency_ms: LatencyReport {
-                    p50: round3(r.latency_ms.p50),
-                    p95: round3(r.latency_ms.p95),
-                    p99: round3(r.latency_ms.p99),
-                    max: round3(r.latency_ms.max),
-                },
+                latency_ms: LatencyReport::of(&r.latency_ms),
                 max_gap_ms: round3(r.max_gap_ms),
                 goodput_mbps: round3(r.goodput_mbps),
                 retransmitted: r.retransmitted,
@@ -274,6 +290,10 @@ impl Report {
                     e.link_stats(latebind_proto::LinkId(i as u16))
                         .map_or(0, |s| s.data_sent)
                 });
+                let network_delay_ms = t
+                    .network_delay_ms
+                    .each_ref()
+                    .map(|v| LatencyReport::of(&Latency::from_samples(v)));
                 LinkReport {
                     name: name.clone(),
                     packets_sent: t.packets_sent,
@@ -299,6 +319,7 @@ impl Report {
                             }
                         })
                     }),
+                    network_delay_ms: Some(network_delay_ms),
                     data_sent,
                     data_sent_per_s: if t.data_sent_by_s.is_empty() {
                         Vec::new()

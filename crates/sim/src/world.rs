@@ -113,6 +113,11 @@ pub struct LinkTally {
     /// frames and AEAD tag: [`WIRE_EXTRA`] more than the engine writes) and the IP
     /// packets of flows outside the tunnel.
     pub bytes_delivered: [u64; 2],
+    /// Milliseconds each packet the link delivered spent in it, client -> server and
+    /// server -> client: from the moment the sender's side accepted it to its arrival
+    /// at the far end (queueing, serialization or the wait for a trace's delivery
+    /// opportunity, and propagation).
+    pub network_delay_ms: [Vec<f64>; 2],
 }
 
 /// Rate control of one link at one end, sampled over the run.
@@ -197,11 +202,28 @@ struct SimLink {
     /// Ids of packets of flows outside the tunnel (`via_link`), per direction (uplink
     /// first): delivered straight to the flow's other end.
     outside: [HashSet<u64>; 2],
+    /// Every packet the link accepted and has not yet delivered or lost, per direction
+    /// (uplink first), in the order the link serves them: its id and when it was
+    /// accepted.
+    accepted: [VecDeque<(u64, Duration)>; 2],
 }
 
 impl SimLink {
     fn remote_out(&self, t: Duration) -> bool {
         self.remote_outages.iter().any(|&(a, b)| a <= t && t < b)
+    }
+
+    /// When the link accepted packet `id` (which it now delivers or loses). The link
+    /// serves its packets in order, so the ones before it are settled already.
+    fn settle(&mut self, uplink: bool, id: u64) -> Option<Duration> {
+        let q = &mut self.accepted[usize::from(!uplink)];
+        while q.front().is_some_and(|&(i, _)| i < id) {
+            q.pop_front();
+        }
+        q.front()
+            .is_some_and(|&(i, _)| i == id)
+            .then(|| q.pop_front().map(|(_, t)| t))
+            .flatten()
     }
 }
 
@@ -361,6 +383,7 @@ impl World {
                 doomed: VecDeque::new(),
                 up_visible,
                 outside: [HashSet::new(), HashSet::new()],
+                accepted: [VecDeque::new(), VecDeque::new()],
             });
         }
         let cut_list = cuts::cuts(scenario);
@@ -731,8 +754,9 @@ impl World {
             LinkEvent::Delivered {
                 id: packet,
                 payload,
-                ..
+                at,
             } => {
+                let accepted = self.links[i].settle(uplink, packet);
                 let outside = self.links[i].outside[usize::from(!uplink)].remove(&packet);
                 // A tunnel datagram on the wire; a packet outside the tunnel as it is.
                 let extra = if outside { 0 } else { WIRE_EXTRA };
@@ -745,6 +769,10 @@ impl World {
                     l.tally.lost_at_outage_up += 1;
                     return;
                 }
+                if let Some(t) = accepted {
+                    self.links[i].tally.network_delay_ms[usize::from(!uplink)]
+                        .push((at.saturating_sub(t)).as_secs_f64() * 1e3);
+                }
                 let to = if uplink { Side::Server } else { Side::Client };
                 if outside {
                     self.deliver_inner(to, &payload);
@@ -755,6 +783,7 @@ impl World {
             LinkEvent::Lost {
                 id: packet, reason, ..
             } => {
+                self.links[i].settle(uplink, packet);
                 // Lost anyway (random loss): counted once, below.
                 if uplink && self.links[i].doomed.front() == Some(&packet) {
                     self.links[i].doomed.pop_front();
@@ -881,6 +910,7 @@ impl World {
         match dir.enqueue(self.now, len, pkt) {
             Ok(id) => {
                 link.outside[usize::from(!uplink)].insert(id);
+                link.accepted[usize::from(!uplink)].push_back((id, self.now));
             }
             Err((reason, _)) => match reason {
                 DropReason::Outage => link.tally.dropped_outage += 1,
@@ -894,7 +924,8 @@ impl World {
         let l = &mut self.links[i];
         let dir = if uplink { &mut l.up } else { &mut l.down };
         match dir.enqueue(now, len, payload) {
-            Ok(_) => {
+            Ok(id) => {
+                l.accepted[usize::from(!uplink)].push_back((id, now));
                 l.tally.packets_sent += 1;
                 true
             }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{flow, scenario, trace_capacity, with};
+use common::{flow, link, scenario, trace_capacity, with};
 
 use latebind_sim::{Mode, run};
 
@@ -30,6 +30,16 @@ fn probe_stays_near_idle_beside_a_saturating_download() {
     assert!(flow(&off, "probe").latency_ms.p99 > 500.0);
     let plain = run(&s, Mode::Early).unwrap();
     assert!(flow(&plain, "probe").latency_ms.p99 > 500.0);
+    // The queue in the network's FIFO, as the packets that crossed it met it (the report's
+    // `network_delay_ms`, server -> client): a few packets under rate control, the whole
+    // FIFO on the plain path. The uplink carries the acknowledgements, unqueued.
+    let down =
+        |r: &latebind_sim::Report| link(r, "path").network_delay_ms.clone().expect("simulator");
+    let [up, late] = down(&r);
+    assert!(late.p99 <= IDLE_MS + 10.0 && late.p50 >= 20.0, "{late:?}");
+    assert!(up.max <= 20.5, "{up:?}");
+    let [_, early] = down(&plain);
+    assert!(early.p50 > 500.0, "{early:?}");
 }
 
 /// The same with the bottleneck on the client's side of the uplink hidden in the network

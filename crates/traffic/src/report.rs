@@ -20,7 +20,7 @@ pub struct Latency {
 
 impl Latency {
     /// Percentiles of `samples_ms` (nearest-rank on a sorted copy).
-    pub(crate) fn from_samples(samples_ms: &[f64]) -> Self {
+    pub fn from_samples(samples_ms: &[f64]) -> Self {
         if samples_ms.is_empty() {
             return Self::default();
         }
