@@ -117,6 +117,9 @@ pub struct EngineCounters {
     pub ack_filtered: u64,
     /// Inner packets bound to a link.
     pub data_bound: u64,
+    /// Of those, small flows' packets sent past a link's full window.
+    #[serde(default)]
+    pub small_past_window: u64,
     /// Malformed datagrams (after decryption).
     pub malformed: u64,
     /// Wrong session id.
@@ -423,6 +426,7 @@ impl SessionStatus {
                 overflow_dropped: st.queues.overflow_dropped,
                 ack_filtered: st.queues.ack_filtered,
                 data_bound: st.data_bound,
+                small_past_window: st.small_past_window,
                 malformed: st.malformed,
                 wrong_session: st.wrong_session,
                 unknown_link: st.unknown_link,

@@ -355,6 +355,7 @@ pub fn engine_report(
         aqm_marked: sum(&|s| s.engine.aqm_marked),
         overflow_dropped: sum(&|s| s.engine.overflow_dropped),
         ack_filtered: sum(&|s| s.engine.ack_filtered),
+        small_past_window: sum(&|s| s.engine.small_past_window),
         acks_sent: each(&|s| s.engine.acks_sent),
         acks_ridden: each(&|s| s.engine.acks_ridden),
         rx_times_sent: each(&|s| s.engine.rx_times_sent),

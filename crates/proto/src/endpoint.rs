@@ -199,6 +199,8 @@ pub struct EndpointStats {
     pub queues: QueueStats,
     /// Inner packets bound to a link.
     pub data_bound: u64,
+    /// Of those, small flows' packets sent past a full window (`LinkView::has_room_small`).
+    pub small_past_window: u64,
     /// Datagrams received.
     pub datagrams_received: u64,
     /// Datagrams dropped: unparseable header or frames.
@@ -332,6 +334,8 @@ pub struct Endpoint {
     reinject_views: Vec<LinkView>,
     /// Scratch for the links that carry a packet whole (`policy::links_that_carry`).
     fit_views: Vec<LinkView>,
+    /// Scratch for the views a small flow's packet is bound against (`poll_queues`).
+    small_views: Vec<LinkView>,
     /// "Packet too big" answers for the TUN side ([`Self::poll_deliver`]).
     local_out: VecDeque<Vec<u8>>,
     too_big_budget: TooBigBudget,
@@ -395,6 +399,7 @@ impl Endpoint {
             compressor: Default::default(),
             decompressor: Default::default(),
             fit_views: Vec::new(),
+            small_views: Vec::new(),
             local_out: VecDeque::new(),
             too_big_budget: TooBigBudget {
                 tokens: TooBigBudget::BURST,
@@ -1474,10 +1479,12 @@ impl Endpoint {
         } else if self.any_paced {
             for (v, l) in views.iter_mut().zip(&self.links) {
                 v.pacer_next = l.pacer_next(now);
+                v.pace_next = l.pace_next(now);
             }
         } else {
             for v in views.iter_mut() {
                 v.pacer_next = now;
+                v.pace_next = now;
             }
         }
     }
@@ -1491,6 +1498,7 @@ impl Endpoint {
         }
         for v in &mut self.views {
             v.pacer_next = v.pacer_next.saturating_sub(self.horizon);
+            v.pace_next = v.pace_next.saturating_sub(self.horizon);
         }
     }
 
@@ -1716,15 +1724,30 @@ impl Endpoint {
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
         let smallest = crate::policy::smallest_datagram(&views);
         let mut fit_views = std::mem::take(&mut self.fit_views);
-        let decide = |flow: &crate::fq::Flow, head: &crate::fq::Queued| {
+        let mut small_views = std::mem::take(&mut self.small_views);
+        // `small`: the head of a small flow (`FlowQueues::dequeue_small_with`), which
+        // may go past a link's full window: the policy sees such a link as ready when
+        // its pacer is.
+        let mut bind = |flow: &crate::fq::Flow, head: &crate::fq::Queued, small: bool| {
             let meta = PacketMeta {
                 flow: flow.id,
                 len: wire::DATA_OVERHEAD + head.data.len(),
                 latency_sensitive: flow.latency_sensitive,
                 backlog: flow.bytes,
             };
-            let offered =
+            let mut offered =
                 crate::policy::links_that_carry(&views, meta.len, smallest, &mut fit_views);
+            if small {
+                small_views.clear();
+                small_views.extend(offered.iter().map(|v| {
+                    let mut v = *v;
+                    if v.has_room_small(now, meta.len) {
+                        v.pacer_next = v.pacer_next.min(v.pace_next);
+                    }
+                    v
+                }));
+                offered = &small_views;
+            }
             let binding = match flow.policy {
                 PolicyKind::MinRtt | PolicyKind::Redundant => policy.bind(now, &meta, offered),
                 PolicyKind::Aggregate => aggregate.bind(now, &meta, offered),
@@ -1732,20 +1755,31 @@ impl Endpoint {
             };
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
-                    Some(i) if views[i].has_room(now) => Decision::Take((i, flow.policy)),
+                    Some(i) if views[i].has_room(now) => Decision::Take((i, flow.policy, false)),
+                    Some(i) if small && views[i].has_room_small(now, meta.len) => {
+                        Decision::Take((i, flow.policy, true))
+                    }
                     _ => Decision::Wait,
                 },
                 Binding::Wait => Decision::Wait,
             }
         };
-        let taken = if sparse_only {
-            self.queues.dequeue_sparse_with(now, decide)
+        let mut taken = if sparse_only {
+            self.queues
+                .dequeue_sparse_with(now, |f, h| bind(f, h, false))
         } else {
-            self.queues.dequeue_with(now, decide)
+            self.queues.dequeue_with(now, |f, h| bind(f, h, false))
         };
+        if taken.is_none() && !sparse_only && self.queues.has_small() {
+            taken = self.queues.dequeue_small_with(|f, h| bind(f, h, true));
+        }
         self.views = views;
         self.fit_views = fit_views;
-        let (queued, flow, flow_seq, (li, kind)) = taken?;
+        self.small_views = small_views;
+        let (queued, flow, flow_seq, (li, kind, past_window)) = taken?;
+        if past_window {
+            self.stats.small_past_window += 1;
+        }
         self.note_oversized(li, queued.data.len());
         // The binding point: only now does the packet get its link, numbers and header.
         let gseq = self.next_global_seq;
@@ -1790,7 +1824,7 @@ impl Endpoint {
                 });
             }
         }
-        Some(self.finish(now, li, buf, true, Some(data)))
+        Some(self.finish_paced(now, li, buf, true, Some(data), past_window))
     }
 
     /// Counts a packet of `payload` bytes bound to link `li` although its datagram is
@@ -2015,12 +2049,27 @@ impl Endpoint {
         eliciting: bool,
         data: Option<SentData>,
     ) -> Transmit {
+        self.finish_paced(now, li, buf, eliciting, data, false)
+    }
+
+    /// [`Self::finish`]; a datagram that carries a small flow's packet past a full window
+    /// (`past_window`) gets its slot from the pacer alone.
+    #[inline(always)]
+    fn finish_paced(
+        &mut self,
+        now: Instant,
+        li: usize,
+        buf: &[u8],
+        eliciting: bool,
+        data: Option<SentData>,
+        past_window: bool,
+    ) -> Transmit {
         let carries_data = data.is_some();
         let l = &mut self.links[li];
         let send_at = if self.horizon.is_zero() {
             now
         } else {
-            l.slot(now, carries_data)
+            l.slot(now, carries_data, past_window)
         };
         l.on_sent(send_at, buf.len(), eliciting, data);
         let link = l.id;

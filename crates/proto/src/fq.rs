@@ -10,6 +10,10 @@
 //!     on the chosen flow's head (drop, or CE-mark an ECN-capable packet); the caller sees
 //!     the head and decides whether it can be bound to a link *now*. If not, it stays.
 //!
+//!  3. `dequeue_small_with`: the flows whose whole backlog is one small packet or a few
+//!     ([`SMALL_BACKLOG`]), oldest first, outside the round robin: what the binding point
+//!     may send past a link's full window (`LinkView::has_room_small`).
+//!
 //! Queues here are link-independent: nothing is bound to a link until the binding point.
 //! A flow that exhausts its quantum while on the priority or new list moves to the old
 //! list, so a heavy EF flow cannot starve others: priority holds for one quantum per
@@ -32,6 +36,12 @@ pub(crate) struct Queued {
     pub(crate) data: Vec<u8>,
     pub(crate) enqueued: Instant,
 }
+
+/// A flow with at most this many bytes waiting is small: its packets may pass a link's
+/// full window (`dequeue_small_with`). RFC 791's 576 bytes, the datagram every host
+/// takes whole: a call's, a game's, a DNS query's packets and pure TCP acknowledgements
+/// fit; a bulk flow's full-size segments do not.
+pub(crate) const SMALL_BACKLOG: usize = 576;
 
 /// "No node" / "no slot" in the `u32` links of the packet store and the flow index.
 const NIL: u32 = u32::MAX;
@@ -351,6 +361,11 @@ pub(crate) struct FlowQueues {
     limit_bytes: usize,
     max_flows: usize,
     idle_timeout: Duration,
+    /// Slots of flows that had at most [`SMALL_BACKLOG`] bytes waiting when a packet
+    /// came, oldest first (checked again when read: a flow may have grown, left, or given
+    /// its slot to another), and which slots are in it.
+    small: VecDeque<usize>,
+    small_listed: Vec<bool>,
     pub(crate) stats: QueueStats,
 }
 
@@ -382,6 +397,8 @@ impl FlowQueues {
             limit_bytes: config.limit_bytes,
             max_flows: config.max_flows,
             idle_timeout: config.flow_idle_timeout,
+            small: VecDeque::new(),
+            small_listed: Vec::new(),
             stats: QueueStats::default(),
         }
     }
@@ -485,6 +502,15 @@ impl FlowQueues {
         );
         flow.bytes += len;
         flow.last_active = now;
+        if flow.bytes <= SMALL_BACKLOG {
+            if self.small_listed.len() <= slot {
+                self.small_listed.resize(slot + 1, false);
+            }
+            if !self.small_listed[slot] {
+                self.small_listed[slot] = true;
+                self.small.push_back(slot);
+            }
+        }
         let list = flow.list;
         if list == List::None {
             flow.deficit = self.quantum;
@@ -658,20 +684,73 @@ impl FlowQueues {
             return match decide(flow, head) {
                 Decision::Wait => None,
                 Decision::Take(t) => {
-                    let flow = flow_mut(&mut self.flows, slot);
-                    let q = self.store.pop_front(&mut flow.queue).expect("head exists");
-                    flow.bytes -= q.data.len();
-                    flow.deficit -= q.data.len() as i64;
-                    let seq = flow.next_seq;
-                    flow.next_seq += 1;
-                    let id = flow.id;
-                    self.packets -= 1;
-                    self.bytes -= q.data.len();
+                    let (q, id, seq) = self.take_head(slot);
                     Some((q, id, seq, t))
                 }
             };
         }
         None
+    }
+
+    /// Offers the head packet of the oldest small flow (at most [`SMALL_BACKLOG`] bytes
+    /// waiting, its packet included) to `decide`, outside the round robin: for a link
+    /// whose window is full, where one more small packet adds little to its bottleneck's
+    /// queue and would otherwise wait for the window, behind the flows that filled it.
+    /// CoDel leaves such a flow alone (its queue is under one packet). The flow keeps its
+    /// place in the round robin, charged for what it sent.
+    pub(crate) fn dequeue_small_with<T>(
+        &mut self,
+        mut decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
+    ) -> Option<(Queued, FlowId, u64, T)> {
+        while let Some(&slot) = self.small.front() {
+            let head = self.flows[slot]
+                .as_ref()
+                .filter(|f| f.bytes <= SMALL_BACKLOG)
+                .and_then(|f| self.store.front(f.queue).map(|h| (f, h)));
+            let Some((flow, head)) = head else {
+                self.small.pop_front();
+                self.small_listed[slot] = false;
+                continue;
+            };
+            return match decide(flow, head) {
+                Decision::Wait => None,
+                Decision::Take(t) => {
+                    self.small.pop_front();
+                    self.small_listed[slot] = false;
+                    let (q, id, seq) = self.take_head(slot);
+                    if self.flows[slot]
+                        .as_ref()
+                        .is_some_and(|f| f.bytes > 0 && f.bytes <= SMALL_BACKLOG)
+                    {
+                        // More of it waits, still small: behind the other small flows.
+                        self.small_listed[slot] = true;
+                        self.small.push_back(slot);
+                    }
+                    Some((q, id, seq, t))
+                }
+            };
+        }
+        None
+    }
+
+    /// Takes the head packet of the flow in `slot` (which has one): its id and sequence
+    /// number; the round robin charges the flow for it.
+    fn take_head(&mut self, slot: usize) -> (Queued, FlowId, u64) {
+        let flow = flow_mut(&mut self.flows, slot);
+        let q = self.store.pop_front(&mut flow.queue).expect("head exists");
+        flow.bytes -= q.data.len();
+        flow.deficit -= q.data.len() as i64;
+        let seq = flow.next_seq;
+        flow.next_seq += 1;
+        let id = flow.id;
+        self.packets -= 1;
+        self.bytes -= q.data.len();
+        (q, id, seq)
+    }
+
+    /// Whether a small flow may be waiting (see [`Self::dequeue_small_with`]).
+    pub(crate) fn has_small(&self) -> bool {
+        !self.small.is_empty()
     }
 
     fn pop_list(&mut self, list: List) {

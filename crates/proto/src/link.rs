@@ -79,6 +79,9 @@ impl Rtt {
 
 /// Service time summed into one sample of a link's interface rate.
 const TX_RATE_WINDOW: Duration = Duration::from_millis(2);
+/// How far past a full window small flows' datagrams may go (`LinkView::has_room_small`):
+/// two full-size packets, the queue the rate controller keeps at a steady bottleneck.
+pub const SMALL_PAST_WINDOW: usize = 2 * 1500;
 
 /// The inner packet a data datagram carried, kept until acknowledged or lost, so that it
 /// can be reinjected on another link.
@@ -525,8 +528,12 @@ pub struct LinkView {
     pub delivery_rate: f64,
     /// Ack-eliciting packets in flight.
     pub in_flight: usize,
-    /// Earliest time the pacer allows a full-size packet.
+    /// Earliest time the pacer allows a full-size packet (and, under rate control, the
+    /// window is expected to have room).
     pub pacer_next: Instant,
+    /// Earliest time the pacer alone allows a full-size packet, room in the window or
+    /// not: when a small flow's packet may go past a full window ([`Self::has_room_small`]).
+    pub pace_next: Instant,
     /// Backup link: used only when no other link is up.
     pub backup: bool,
     /// Rate control: the window (bytes; 0 when rate control is off).
@@ -553,6 +560,20 @@ impl LinkView {
     #[inline]
     pub fn has_room(&self, now: Instant) -> bool {
         self.state == LinkState::Up && self.below_binding < self.budget && self.pacer_next <= now
+    }
+
+    /// Whether the binding point may hand this link a small flow's datagram of `len`
+    /// bytes now: as [`Self::has_room`], but past a full window by up to
+    /// [`SMALL_PAST_WINDOW`] bytes. The window keeps the bottleneck's queue near the
+    /// controller's target; a few small packets more add little to it, and would
+    /// otherwise wait above the binding point for the acknowledgements of the flows that
+    /// filled the window (for as long as the link pauses, or its acknowledgements do).
+    #[inline]
+    pub fn has_room_small(&self, now: Instant, len: usize) -> bool {
+        self.state == LinkState::Up
+            && self.below_binding < self.budget
+            && self.pace_next <= now
+            && (self.cwnd == 0 || self.bytes_in_flight + len <= self.cwnd + SMALL_PAST_WINDOW)
     }
 }
 
@@ -844,6 +865,7 @@ impl Link {
             delivery_rate: self.delivery_rate,
             in_flight: self.in_flight,
             pacer_next: self.pacer_next(now),
+            pace_next: self.pace_next(now),
             backup: self.config.backup,
             cwnd: self.cc.as_ref().map_or(0, Controller::cwnd),
             cc_rate: self.cc.as_ref().map_or(0.0, Controller::rate),
@@ -946,6 +968,12 @@ impl Link {
         view.tx_rate = self.tx_rate;
     }
 
+    /// Earliest time the pacer alone allows a full-size packet ([`LinkView::pace_next`]).
+    #[inline]
+    pub(crate) fn pace_next(&self, now: Instant) -> Instant {
+        self.pacer.next_send(now, 1500)
+    }
+
     /// Earliest time the link may take a full-size packet ([`LinkView::pacer_next`]): when
     /// the pacer allows it and, under rate control, when the window is expected to have
     /// room (the bytes over the window drained at the window's rate; the room itself
@@ -965,10 +993,15 @@ impl Link {
     }
 
     /// The slot of a datagram bound at `now` ahead of its slot: a data packet's when the
-    /// pacer (and window) allow it, a control datagram's at once; never before the
+    /// pacer (and window) allow it (the pacer alone for a small flow's packet sent past a
+    /// full window), a control datagram's at once; never before the
     /// link's previous slot, so that its datagrams leave in packet-number order.
-    pub(crate) fn slot(&mut self, now: Instant, paced: bool) -> Instant {
-        let at = if paced { self.pacer_next(now) } else { now };
+    pub(crate) fn slot(&mut self, now: Instant, paced: bool, past_window: bool) -> Instant {
+        let at = match (paced, past_window) {
+            (false, _) => now,
+            (true, false) => self.pacer_next(now),
+            (true, true) => self.pace_next(now),
+        };
         self.last_slot = at.max(now).max(self.last_slot);
         self.last_slot
     }

@@ -699,6 +699,7 @@ mod tests {
             delivery_rate: 0.0,
             in_flight: 0,
             pacer_next: Instant::ZERO,
+            pace_next: Instant::ZERO,
             backup: false,
             cwnd: 0,
             cc_rate: 0.0,

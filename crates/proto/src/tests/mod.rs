@@ -7,3 +7,4 @@ mod harness;
 mod mtu;
 mod props;
 mod scenarios;
+mod small;

@@ -1,0 +1,81 @@
+//! Small flows past a full window (`FlowQueues::dequeue_small_with`,
+//! `LinkView::has_room_small`): under rate control a link's window holds the flows that
+//! filled it, not a small flow's next packet.
+
+use core::time::Duration;
+
+use super::harness::{FlowSpec, at_ms};
+use crate::link::SMALL_PAST_WINDOW;
+use crate::{Config, Endpoint, Instant, LinkConfig, LinkId, Role};
+
+fn endpoint() -> Endpoint {
+    let mut config = Config::new(Role::Client);
+    config.session(7).budget_packets(2);
+    config.rate_control = true;
+    let mut e = Endpoint::new(config, Instant::ZERO).unwrap();
+    e.add_link(Instant::ZERO, LinkId(0), LinkConfig::default());
+    e
+}
+
+/// Sends what the engine lets go at `now` (each datagram departs at once); how many
+/// carried data.
+fn send(e: &mut Endpoint, now: Instant) -> usize {
+    let mut buf = Vec::new();
+    let mut n = 0;
+    while let Some(t) = e.poll_transmit(now, &mut buf) {
+        e.handle_tx_done(now, t.link);
+        n += usize::from(t.carries_data);
+    }
+    n
+}
+
+#[test]
+fn a_small_flows_packet_passes_a_full_window_and_a_bulk_one_waits() {
+    let mut e = endpoint();
+    let bulk = FlowSpec::bulk(4000, 1200);
+    for seq in 0..200 {
+        e.handle_tun_packet(at_ms(10), &bulk.packet(seq)).unwrap();
+    }
+    // No acknowledgement comes: the window fills and stays full.
+    let mut now = at_ms(10);
+    let mut sent = 0;
+    while now < at_ms(80) {
+        sent += send(&mut e, now);
+        now += Duration::from_millis(1);
+    }
+    let view = e.link_views(now)[0];
+    assert!((11..200).contains(&sent), "{sent}");
+    assert!(view.bytes_in_flight + 1500 > view.cwnd, "{view:?}");
+    assert!(!view.has_room(now), "{view:?}");
+    assert_eq!(e.stats().small_past_window, 0);
+
+    // Another bulk flow's full-size packet waits for the window.
+    let other = FlowSpec::bulk(6000, 1200);
+    e.handle_tun_packet(now, &other.packet(0)).unwrap();
+    assert_eq!(send(&mut e, now), 0);
+    // A small flow's goes at once, past the window.
+    let call = FlowSpec::bulk(5000, 160);
+    e.handle_tun_packet(now, &call.packet(0)).unwrap();
+    assert_eq!(send(&mut e, now), 1);
+    assert_eq!(e.stats().small_past_window, 1);
+
+    // Small flows go on past the window, but no further than two full-size packets.
+    let mut small = 1;
+    for port in 7000..7100 {
+        now += Duration::from_micros(500);
+        e.handle_tun_packet(now, &FlowSpec::bulk(port, 160).packet(0))
+            .unwrap();
+        small += send(&mut e, now);
+    }
+    let view = e.link_views(now)[0];
+    assert!((10..100).contains(&small), "{small}");
+    assert!(
+        view.bytes_in_flight <= view.cwnd + SMALL_PAST_WINDOW,
+        "{view:?}"
+    );
+    assert!(
+        view.bytes_in_flight + 300 > view.cwnd + SMALL_PAST_WINDOW,
+        "{view:?}"
+    );
+    assert_eq!(e.stats().small_past_window, small as u64);
+}
