@@ -1741,7 +1741,7 @@ impl Endpoint {
                 small_views.clear();
                 small_views.extend(offered.iter().map(|v| {
                     let mut v = *v;
-                    if v.has_room_small(now, meta.len) {
+                    if v.has_room_small(now, meta.len, now - head.enqueued) {
                         v.pacer_next = v.pacer_next.min(v.pace_next);
                     }
                     v
@@ -1756,7 +1756,9 @@ impl Endpoint {
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => Decision::Take((i, flow.policy, false)),
-                    Some(i) if small && views[i].has_room_small(now, meta.len) => {
+                    Some(i)
+                        if small && views[i].has_room_small(now, meta.len, now - head.enqueued) =>
+                    {
                         Decision::Take((i, flow.policy, true))
                     }
                     _ => Decision::Wait,

@@ -79,8 +79,10 @@ impl Rtt {
 
 /// Service time summed into one sample of a link's interface rate.
 const TX_RATE_WINDOW: Duration = Duration::from_millis(2);
-/// How far past a full window small flows' datagrams may go (`LinkView::has_room_small`):
-/// two full-size packets, the queue the rate controller keeps at a steady bottleneck.
+/// How far past a full window small flows' datagrams may go, and how long the window's
+/// rate takes to send as much is how long they wait for it first
+/// (`LinkView::has_room_small`): two full-size packets, the queue the rate controller
+/// keeps at a steady bottleneck.
 pub const SMALL_PAST_WINDOW: usize = 2 * 1500;
 
 /// The inner packet a data datagram carried, kept until acknowledged or lost, so that it
@@ -563,14 +565,20 @@ impl LinkView {
     }
 
     /// Whether the binding point may hand this link a small flow's datagram of `len`
-    /// bytes now: as [`Self::has_room`], but past a full window by up to
-    /// [`SMALL_PAST_WINDOW`] bytes. The window keeps the bottleneck's queue near the
-    /// controller's target; a few small packets more add little to it, and would
-    /// otherwise wait above the binding point for the acknowledgements of the flows that
-    /// filled the window (for as long as the link pauses, or its acknowledgements do).
+    /// bytes, which has waited `waited` above the binding point, now: as
+    /// [`Self::has_room`], but past a full window by up to [`SMALL_PAST_WINDOW`] bytes,
+    /// once it has waited as long as the window takes to send that much at its rate.
+    /// The window keeps the bottleneck's queue near the controller's target; a few small
+    /// packets more add little to it. While acknowledgements come, the window opens
+    /// within that wait and the packet goes in its turn; when they stop (the link
+    /// pauses, or its acknowledgements do), it would otherwise wait for them, behind the
+    /// flows that filled the window.
     #[inline]
-    pub fn has_room_small(&self, now: Instant, len: usize) -> bool {
-        self.state == LinkState::Up
+    pub fn has_room_small(&self, now: Instant, len: usize, waited: Duration) -> bool {
+        let stalled =
+            self.cc_rate <= 0.0 || waited.as_secs_f64() * self.cc_rate >= SMALL_PAST_WINDOW as f64;
+        stalled
+            && self.state == LinkState::Up
             && self.below_binding < self.budget
             && self.pace_next <= now
             && (self.cwnd == 0 || self.bytes_in_flight + len <= self.cwnd + SMALL_PAST_WINDOW)

@@ -53,18 +53,27 @@ fn a_small_flows_packet_passes_a_full_window_and_a_bulk_one_waits() {
     let other = FlowSpec::bulk(6000, 1200);
     e.handle_tun_packet(now, &other.packet(0)).unwrap();
     assert_eq!(send(&mut e, now), 0);
-    // A small flow's goes at once, past the window.
+    // A small flow's waits as long as the window's rate takes to send two full-size
+    // packets (while acknowledgements come, the window opens sooner), then goes past it.
     let call = FlowSpec::bulk(5000, 160);
     e.handle_tun_packet(now, &call.packet(0)).unwrap();
+    let rate = e.link_views(now)[0].cc_rate;
+    let wait = Duration::from_secs_f64(SMALL_PAST_WINDOW as f64 / rate);
+    assert!(wait > Duration::from_millis(1), "{wait:?}");
+    assert_eq!(send(&mut e, now + wait / 2), 0);
+    now += wait;
     assert_eq!(send(&mut e, now), 1);
     assert_eq!(e.stats().small_past_window, 1);
+    assert_eq!(send(&mut e, now + wait), 0, "the bulk packet still waits");
 
     // Small flows go on past the window, but no further than two full-size packets.
-    let mut small = 1;
     for port in 7000..7100 {
-        now += Duration::from_micros(500);
         e.handle_tun_packet(now, &FlowSpec::bulk(port, 160).packet(0))
             .unwrap();
+    }
+    let mut small = 1;
+    for _ in 0..100 {
+        now += wait;
         small += send(&mut e, now);
     }
     let view = e.link_views(now)[0];
