@@ -336,6 +336,10 @@ pub struct Endpoint {
     fit_views: Vec<LinkView>,
     /// Scratch for the views a small flow's packet is bound against (`poll_queues`).
     small_views: Vec<LinkView>,
+    /// When the oldest small flow's packet, held by full windows, will have waited long
+    /// enough to pass one (`LinkView::has_room_small`): a timer, since no acknowledgement
+    /// may come to wake the engine.
+    small_wake: Option<Instant>,
     /// "Packet too big" answers for the TUN side ([`Self::poll_deliver`]).
     local_out: VecDeque<Vec<u8>>,
     too_big_budget: TooBigBudget,
@@ -400,6 +404,7 @@ impl Endpoint {
             decompressor: Default::default(),
             fit_views: Vec::new(),
             small_views: Vec::new(),
+            small_wake: None,
             local_out: VecDeque::new(),
             too_big_budget: TooBigBudget {
                 tokens: TooBigBudget::BURST,
@@ -1725,6 +1730,7 @@ impl Endpoint {
         let smallest = crate::policy::smallest_datagram(&views);
         let mut fit_views = std::mem::take(&mut self.fit_views);
         let mut small_views = std::mem::take(&mut self.small_views);
+        let mut small_wake: Option<Instant> = None;
         // `small`: the head of a small flow (`FlowQueues::dequeue_small_with`), which
         // may go past a link's full window: the policy sees such a link as ready when
         // its pacer is.
@@ -1743,6 +1749,10 @@ impl Endpoint {
                     let mut v = *v;
                     if v.has_room_small(now, meta.len, now - head.enqueued) {
                         v.pacer_next = v.pacer_next.min(v.pace_next);
+                    } else if let Some(t) = v.small_passes_at(head.enqueued)
+                        && t > now
+                    {
+                        small_wake = Some(small_wake.map_or(t, |w| w.min(t)));
                     }
                     v
                 }));
@@ -1774,6 +1784,7 @@ impl Endpoint {
         };
         if taken.is_none() && !sparse_only && self.queues.has_small() {
             taken = self.queues.dequeue_small_with(|f, h| bind(f, h, true));
+            self.small_wake = if taken.is_none() { small_wake } else { None };
         }
         self.views = views;
         self.fit_views = fit_views;
@@ -2153,6 +2164,7 @@ impl Endpoint {
                 consider(l.next_expiry(self.config.max_ack_delay, self.config.suspect_min));
             }
             if waiting && l.state == LinkState::Up && l.paced() {
+                // (A small flow's wait for passing a full window: `small_wake` below.)
                 // With a binding horizon the packet is bound that much before its slot.
                 consider(
                     l.pacer
@@ -2161,6 +2173,9 @@ impl Endpoint {
                         .filter(|&t| t > self.last_poll),
                 );
             }
+        }
+        if self.queues.has_small() {
+            consider(self.small_wake.filter(|&t| t > self.last_poll));
         }
         next
     }

@@ -583,6 +583,15 @@ impl LinkView {
             && self.pace_next <= now
             && (self.cwnd == 0 || self.bytes_in_flight + len <= self.cwnd + SMALL_PAST_WINDOW)
     }
+
+    /// When a small flow's packet that came at `since` will have waited long enough to
+    /// pass this link's full window ([`Self::has_room_small`]), rounded up to the next
+    /// microsecond; `None` without rate control (no window holds it).
+    pub fn small_passes_at(&self, since: Instant) -> Option<Instant> {
+        let wait = SMALL_PAST_WINDOW as f64 / self.cc_rate;
+        (self.cc_rate > 0.0 && wait.is_finite())
+            .then(|| since + Duration::from_secs_f64(wait) + Duration::from_micros(1))
+    }
 }
 
 /// The smallest datagram every path carries, bytes before the AEAD tag: IPv6's minimum
@@ -988,7 +997,7 @@ impl Link {
     /// comes with an acknowledgement, which brings the views up to date).
     #[inline]
     pub(crate) fn pacer_next(&self, now: Instant) -> Instant {
-        let paced = self.pacer.next_send(now, 1500);
+        let paced = self.pace_next(now);
         match &self.cc {
             Some(c) if self.bytes_in_flight + 1500 > c.cwnd() => {
                 let over = (self.bytes_in_flight + 1500 - c.cwnd()) as f64;

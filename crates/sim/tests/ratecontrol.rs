@@ -190,10 +190,10 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         // 65-70 % of the capacity on these traces.
         assert!(share > 0.6, "{t}: {:.0} % of the capacity", share * 100.0);
         // Far from the plain path's seconds (2.4-4.2 s at p50 on these traces). The
-        // highest is TMobile-UMTS's: 515 ms; 620 ms while the probe's packets waited
+        // highest is TMobile-UMTS's: 510 ms; 620 ms while the probe's packets waited
         // above the binding point for the window the upload filled, as long as the
         // link's acknowledgements took to open it (TMobile-LTE 143 ms, Verizon-LTE 106,
-        // now 109 and 95; docs/RESULTS.md 10.2); 855 ms while its pauses of seconds
+        // now 105 and 96; docs/RESULTS.md 10.2); 855 ms while its pauses of seconds
         // counted toward the competing test's ten round trips and made the link compete,
         // its window doubling into a queue of a second; 915 ms before the search read
         // the queue on full-size datagrams (18).

@@ -61,7 +61,17 @@ fn a_small_flows_packet_passes_a_full_window_and_a_bulk_one_waits() {
     let wait = Duration::from_secs_f64(SMALL_PAST_WINDOW as f64 / rate);
     assert!(wait > Duration::from_millis(1), "{wait:?}");
     assert_eq!(send(&mut e, now + wait / 2), 0);
-    now += wait;
+    // No acknowledgement will wake the engine: a timer does.
+    let timer = e.poll_timeout().expect("a timer");
+    assert!(
+        timer > now + wait / 2 && timer <= now + wait + Duration::from_micros(2),
+        "{timer:?}, {now:?} + {wait:?}"
+    );
+    assert_eq!(
+        send(&mut e, timer.saturating_sub(Duration::from_micros(2))),
+        0
+    );
+    now = timer;
     assert_eq!(send(&mut e, now), 1);
     assert_eq!(e.stats().small_past_window, 1);
     assert_eq!(send(&mut e, now + wait), 0, "the bulk packet still waits");
