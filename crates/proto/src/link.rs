@@ -588,9 +588,15 @@ impl LinkView {
     /// pass this link's full window ([`Self::has_room_small`]), rounded up to the next
     /// microsecond; `None` without rate control (no window holds it).
     pub fn small_passes_at(&self, since: Instant) -> Option<Instant> {
-        let wait = SMALL_PAST_WINDOW as f64 / self.cc_rate;
-        (self.cc_rate > 0.0 && wait.is_finite())
-            .then(|| since + Duration::from_secs_f64(wait) + Duration::from_micros(1))
+        if self.cc_rate <= 0.0 {
+            return None;
+        }
+        // (A window's rate is at least its floor over the RTT; a wait of an hour is
+        // none worth a timer.)
+        Duration::try_from_secs_f64(SMALL_PAST_WINDOW as f64 / self.cc_rate)
+            .ok()
+            .filter(|&wait| wait < Duration::from_secs(3600))
+            .map(|wait| since + wait + Duration::from_micros(1))
     }
 }
 

@@ -98,3 +98,17 @@ fn a_small_flows_packet_passes_a_full_window_and_a_bulk_one_waits() {
     );
     assert_eq!(e.stats().small_past_window, small as u64);
 }
+
+#[test]
+fn the_wait_before_passing_a_window_is_finite_or_none() {
+    let e = endpoint();
+    let mut v = e.link_views(at_ms(1))[0];
+    let since = at_ms(1);
+    for rate in [0.0, -1.0, f64::NAN, 1e-300, f64::MIN_POSITIVE] {
+        v.cc_rate = rate;
+        assert_eq!(v.small_passes_at(since), None, "{rate}");
+    }
+    v.cc_rate = 3000.0;
+    let t = v.small_passes_at(since).unwrap();
+    assert!(t > since + Duration::from_secs(1) && t <= since + Duration::from_millis(1001));
+}
