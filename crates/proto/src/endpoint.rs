@@ -1353,7 +1353,7 @@ impl Endpoint {
             if let Some(size) = self.links[i].pmtu_probe_due(now) {
                 self.write_header(i, buf);
                 wire::emit_padding(buf, size.saturating_sub(buf.len()));
-                let t = self.finish(now, i, buf, false, None);
+                let t = self.finish(now, i, buf, false, None, false);
                 let l = &mut self.links[i];
                 l.pmtu_probe_sent(now, size);
                 l.ping_due = Some(now);
@@ -1431,7 +1431,7 @@ impl Endpoint {
                 buf.clear();
                 continue;
             }
-            let t = self.finish(now, via, buf, eliciting, None);
+            let t = self.finish(now, via, buf, eliciting, None, false);
             if announced || told_mtu {
                 self.links[via].mark_last_sent(announced, told_mtu);
             }
@@ -1442,7 +1442,7 @@ impl Endpoint {
         {
             self.write_header(via, buf);
             self.write_loss_report(buf);
-            return Some(self.finish(now, via, buf, false, None));
+            return Some(self.finish(now, via, buf, false, None, false));
         }
         // Nothing is due now. What could become due by itself is an acknowledgement or a
         // probe at its deadline; anything else needs an input, which clears this.
@@ -1685,7 +1685,7 @@ impl Endpoint {
             }
         }
         self.links[li].stats.data_sent += 1;
-        Some(self.finish(now, li, buf, true, Some(data)))
+        Some(self.finish(now, li, buf, true, Some(data), false))
     }
 
     fn poll_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
@@ -1837,7 +1837,7 @@ impl Endpoint {
                 });
             }
         }
-        Some(self.finish_paced(now, li, buf, true, Some(data), past_window))
+        Some(self.finish(now, li, buf, true, Some(data), past_window))
     }
 
     /// Counts a packet of `payload` bytes bound to link `li` although its datagram is
@@ -2049,26 +2049,14 @@ impl Endpoint {
         self.stats.loss_reports_sent += 1;
     }
 
-    /// Records a datagram written into `buf` as sent on link `li`.
+    /// Records a datagram written into `buf` as sent on link `li`. One that carries a
+    /// small flow's packet past a full window (`past_window`) gets its slot from the pacer
+    /// alone.
     // Inlined, as `Link::on_sent` is into it, so that the `SentData` that `poll_data` has
     // just assembled goes into the link's record without a round trip through memory
     // (reading it back at once with wide loads would wait for its narrow stores).
     #[inline(always)]
     fn finish(
-        &mut self,
-        now: Instant,
-        li: usize,
-        buf: &[u8],
-        eliciting: bool,
-        data: Option<SentData>,
-    ) -> Transmit {
-        self.finish_paced(now, li, buf, eliciting, data, false)
-    }
-
-    /// [`Self::finish`]; a datagram that carries a small flow's packet past a full window
-    /// (`past_window`) gets its slot from the pacer alone.
-    #[inline(always)]
-    fn finish_paced(
         &mut self,
         now: Instant,
         li: usize,
