@@ -1483,8 +1483,7 @@ impl Endpoint {
             self.views_stale = false;
         } else if self.any_paced {
             for (v, l) in views.iter_mut().zip(&self.links) {
-                v.pacer_next = l.pacer_next(now);
-                v.pace_next = l.pace_next(now);
+                (v.pacer_next, v.pace_next) = l.pacer_times(now);
             }
         } else {
             for v in views.iter_mut() {
@@ -1782,7 +1781,10 @@ impl Endpoint {
         } else {
             self.queues.dequeue_with(now, |f, h| bind(f, h, false))
         };
-        if taken.is_none() && !sparse_only && self.queues.has_small() {
+        // Only a link held by its window (not its pacer) can take a small packet that
+        // the round robin could not bind.
+        let window_holds = || views.iter().any(|v| v.pacer_next > v.pace_next);
+        if taken.is_none() && !sparse_only && self.queues.has_small() && window_holds() {
             taken = self.queues.dequeue_small_with(|f, h| bind(f, h, true));
             self.small_wake = if taken.is_none() { small_wake } else { None };
         }

@@ -875,6 +875,7 @@ impl Link {
 
     #[inline]
     pub(crate) fn view(&self, now: Instant, budget: usize) -> LinkView {
+        let (pacer_next, pace_next) = self.pacer_times(now);
         LinkView {
             id: self.id,
             state: self.state,
@@ -887,8 +888,8 @@ impl Link {
             tx_rate: self.tx_rate,
             delivery_rate: self.delivery_rate,
             in_flight: self.in_flight,
-            pacer_next: self.pacer_next(now),
-            pace_next: self.pace_next(now),
+            pacer_next,
+            pace_next,
             backup: self.config.backup,
             cwnd: self.cc.as_ref().map_or(0, Controller::cwnd),
             cc_rate: self.cc.as_ref().map_or(0.0, Controller::rate),
@@ -1003,8 +1004,14 @@ impl Link {
     /// comes with an acknowledgement, which brings the views up to date).
     #[inline]
     pub(crate) fn pacer_next(&self, now: Instant) -> Instant {
+        self.pacer_times(now).0
+    }
+
+    /// [`Self::pacer_next`] and [`Self::pace_next`], the pacer read once.
+    #[inline]
+    pub(crate) fn pacer_times(&self, now: Instant) -> (Instant, Instant) {
         let paced = self.pace_next(now);
-        match &self.cc {
+        let next = match &self.cc {
             Some(c) if self.bytes_in_flight + 1500 > c.cwnd() => {
                 let over = (self.bytes_in_flight + 1500 - c.cwnd()) as f64;
                 let wait =
@@ -1012,7 +1019,8 @@ impl Link {
                 paced.max(now + wait)
             }
             _ => paced,
-        }
+        };
+        (next, paced)
     }
 
     /// The slot of a datagram bound at `now` ahead of its slot: a data packet's when the
