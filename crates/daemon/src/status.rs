@@ -195,6 +195,10 @@ pub struct EngineCounters {
     /// Packets of aggregate flows declared lost on a working link and sent again.
     #[serde(default)]
     pub reinjected_lost: u64,
+    /// Packets of aggregate flows late on one link sent again on a link that had nothing
+    /// else to send.
+    #[serde(default)]
+    pub reinjected_idle: u64,
     /// Reinjected packets sent on another link.
     pub reinjections_sent: u64,
     /// Reinjections cancelled: the original was acknowledged before they went.
@@ -454,6 +458,7 @@ impl SessionStatus {
                 reinjected_timer: st.reinjected_timer,
                 reinjected_link_down: st.reinjected_link_down,
                 reinjected_lost: st.reinjected_lost,
+                reinjected_idle: st.reinjected_idle,
                 reinjections_sent: st.reinjections_sent,
                 reinjections_cancelled: st.reinjections_cancelled,
                 reinjections_spurious: st.reinjections_spurious,
@@ -593,10 +598,11 @@ impl Status {
             );
             let _ = writeln!(
                 s,
-                "  reinjections: timer {} link-down {} lost {} sent {} cancelled {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
+                "  reinjections: timer {} link-down {} lost {} late {} sent {} cancelled {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
                 e.reinjected_timer,
                 e.reinjected_link_down,
                 e.reinjected_lost,
+                e.reinjected_idle,
                 e.reinjections_sent,
                 e.reinjections_cancelled,
                 e.reinjections_spurious,

@@ -370,6 +370,7 @@ pub fn engine_report(
         reinjected_timer: sum(&|s| s.engine.reinjected_timer),
         reinjected_link_down: sum(&|s| s.engine.reinjected_link_down),
         reinjected_lost: sum(&|s| s.engine.reinjected_lost),
+        reinjected_idle: sum(&|s| s.engine.reinjected_idle),
         reinjections_cancelled: sum(&|s| s.engine.reinjections_cancelled),
         reinjections_expired: sum(&|s| s.engine.reinjections_expired),
         suspected: sum(&|s| s.links.iter().map(|l| l.suspected).sum()),

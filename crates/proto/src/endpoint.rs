@@ -251,6 +251,10 @@ pub struct EndpointStats {
     pub lost: u64,
     /// Inner packets taken for reinjection because a link's reinjection timer expired.
     pub reinjected_timer: u64,
+    /// Inner packets of aggregate flows late on one link (unacknowledged after twice its
+    /// minimum RTT, `max_ack_delay` and `rate_control_max_queue`) sent again on a link
+    /// that had nothing else to send (4.4).
+    pub reinjected_idle: u64,
     /// Inner packets taken for reinjection because a link went down.
     pub reinjected_link_down: u64,
     /// Inner packets of aggregate flows declared lost on a working link and sent again
@@ -331,6 +335,8 @@ pub struct Endpoint {
     /// sequence: whether the reinjection was sent yet.
     reinject_state: BTreeMap<u64, bool>,
     reinject_scratch: Vec<SentData>,
+    /// Scratch for `poll_late`: (oldest late send, link index).
+    late_order: Vec<(Instant, usize)>,
     reinject_views: Vec<LinkView>,
     /// Scratch for the links that carry a packet whole (`policy::links_that_carry`).
     fit_views: Vec<LinkView>,
@@ -399,6 +405,7 @@ impl Endpoint {
             reinject: VecDeque::new(),
             reinject_state: BTreeMap::new(),
             reinject_scratch: Vec::new(),
+            late_order: Vec::new(),
             reinject_views: Vec::new(),
             compressor: Default::default(),
             decompressor: Default::default(),
@@ -1555,8 +1562,14 @@ impl Endpoint {
 
     /// The binding point for packets sent again (reinjections, redundant copies): the
     /// oldest waiting packet goes on the link MinRtt prefers among those it was never sent
-    /// on, if that link has room now.
-    fn poll_again(&mut self, now: Instant, buf: &mut Vec<u8>, which: Again) -> Option<Transmit> {
+    /// on (and of the links `only`, bits), if that link has room now.
+    fn poll_again(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        which: Again,
+        only: u64,
+    ) -> Option<Transmit> {
         let queue = match which {
             Again::Reinject => {
                 self.expire_reinjections(now);
@@ -1585,8 +1598,9 @@ impl Endpoint {
         views.clear();
         views.extend(self.views.iter().map(|v| {
             let mut v = *v;
-            if taken & link_bit(v.id) != 0 {
-                // Not twice on one link (in one round of copies): hide it from the policy.
+            if taken & link_bit(v.id) != 0 || only & link_bit(v.id) == 0 {
+                // Not twice on one link (in one round of copies), and only on the links
+                // asked for: hide it from the policy.
                 v.state = LinkState::Down;
             }
             v
@@ -1692,7 +1706,7 @@ impl Endpoint {
         // latency-sensitive flows (a dead link's load must not delay them: it may be a
         // whole window), then a dead link's packets, then the backlogged flows.
         if !self.copies.is_empty()
-            && let Some(t) = self.poll_again(now, buf, Again::Copy)
+            && let Some(t) = self.poll_again(now, buf, Again::Copy, u64::MAX)
         {
             return Some(t);
         }
@@ -1700,11 +1714,70 @@ impl Endpoint {
             if let Some(t) = self.poll_queues(now, buf, true) {
                 return Some(t);
             }
-            if let Some(t) = self.poll_again(now, buf, Again::Reinject) {
+            if let Some(t) = self.poll_again(now, buf, Again::Reinject, u64::MAX) {
                 return Some(t);
             }
         }
-        self.poll_queues(now, buf, false)
+        let t = self.poll_queues(now, buf, false);
+        if t.is_some()
+            || self.data_waiting()
+            || !self.config.rate_control
+            || self.config.reinjection == ReinjectTimer::Off
+        {
+            return t;
+        }
+        self.poll_late(now, buf)
+    }
+
+    /// Idle capacity: nothing waits above the binding point and a link has room. An
+    /// aggregate flow's packet late on another link goes again on one of the links with
+    /// room (4.4): the receiver holds the flow's later packets behind it, and the flow's
+    /// transport waits for them, so the capacity would otherwise go unused until the
+    /// slow link delivers (MPTCP's opportunistic retransmission). Late: unacknowledged
+    /// after twice its link's minimum RTT plus `max_ack_delay` and the longest queue
+    /// rate control aims for (`rate_control_max_queue`), what a packet takes at most
+    /// while the link delivers as its window expects; later than that it waits out a
+    /// pause of the link or a fall of its rate. Oldest first, one per call.
+    fn poll_late(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.refresh_views(now);
+        let room = self
+            .views
+            .iter()
+            .filter(|v| v.has_room(now) && !v.backup)
+            .fold(0u64, |m, v| m | link_bit(v.id));
+        if room == 0 {
+            return None;
+        }
+        let slack = self.config.max_ack_delay + self.config.rate_control_max_queue;
+        let late_before = |l: &Link| now.saturating_sub(l.rtt.min * 2 + slack);
+        let mut order = std::mem::take(&mut self.late_order);
+        order.clear();
+        order.extend(
+            self.links
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.in_flight > 0 && room & !link_bit(l.id) != 0)
+                .filter_map(|(j, l)| {
+                    l.oldest_unacked()
+                        .filter(|&t| t < late_before(l))
+                        .map(|t| (t, j))
+                }),
+        );
+        order.sort_unstable();
+        let mut taken = None;
+        for &(_, j) in &order {
+            let before = late_before(&self.links[j]);
+            let to = room & !link_bit(self.links[j].id);
+            if let Some(data) = self.links[j].take_late_data(before, to) {
+                taken = Some(data);
+                break;
+            }
+        }
+        self.late_order = order;
+        let data = taken?;
+        self.stats.reinjected_idle += 1;
+        self.queue_reinjection(now, data, true);
+        self.poll_again(now, buf, Again::Reinject, room)
     }
 
     /// The binding point for new data: the flow scheduler's next packet (of a sparse or
@@ -1817,6 +1890,7 @@ impl Endpoint {
             sent_on: link_bit(self.links[li].id),
             taken: false,
             recover,
+            spread: kind == PolicyKind::Aggregate,
             form,
         };
         self.write_data_datagram(now, li, buf, &data);

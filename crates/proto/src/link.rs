@@ -101,6 +101,9 @@ pub(crate) struct SentData {
     /// Declared lost on a link that works, it is sent again on another link (a packet of
     /// an aggregate flow, 4.4).
     pub(crate) recover: bool,
+    /// Of a flow spread over several links (`aggregate`): late on this link, it may be
+    /// sent again on a link with nothing else to send (4.4).
+    pub(crate) spread: bool,
     /// How its DATA frame carried it (header compression, 3.9).
     pub(crate) form: crate::compact::TxForm,
 }
@@ -1468,6 +1471,30 @@ impl Link {
         }
         self.stats.reinjected += n as u64;
         n
+    }
+
+    /// Takes the inner packet of the oldest unacknowledged datagram sent before
+    /// `sent_before` that is of a spread flow, not taken yet, and not yet sent on one of
+    /// the links of `to` (bits, [`link_bit`]), for reinjection (the record stays, as with
+    /// [`Self::take_unacked_data`]).
+    pub(crate) fn take_late_data(&mut self, sent_before: Instant, to: u64) -> Option<SentData> {
+        for p in self.sent.iter_mut().flatten() {
+            if p.time >= sent_before {
+                break;
+            }
+            let Some(d) = p.data.as_mut() else { continue };
+            if d.taken || !d.spread || to & !d.sent_on == 0 {
+                continue;
+            }
+            d.taken = true;
+            self.stats.reinjected += 1;
+            return Some(SentData {
+                payload: std::mem::take(&mut d.payload),
+                taken: false,
+                ..*d
+            });
+        }
+        None
     }
 
     /// When the reinjection timer expires (`None`: nothing unacknowledged, or the link is

@@ -171,6 +171,10 @@ pub struct EngineReport {
     /// another.
     #[serde(default)]
     pub reinjected_lost: u64,
+    /// Packets of aggregate flows late on one link sent again on a link that had nothing
+    /// else to send.
+    #[serde(default)]
+    pub reinjected_idle: u64,
     /// Reinjections cancelled before they went (the original was acknowledged).
     pub reinjections_cancelled: u64,
     /// Reinjections given up (no other link could take them in time).
@@ -357,6 +361,7 @@ impl Report {
                 reinjected_timer: cs.reinjected_timer + ss.reinjected_timer,
                 reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
                 reinjected_lost: cs.reinjected_lost + ss.reinjected_lost,
+                reinjected_idle: cs.reinjected_idle + ss.reinjected_idle,
                 reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
                 reinjections_expired: cs.reinjections_expired + ss.reinjections_expired,
                 suspected: [c, s]
@@ -494,7 +499,7 @@ impl Report {
             let _ = writeln!(
                 s,
                 "reinjected {} (timer {}, link down {}, cancelled {}, expired {}), spurious {}, \
-                 lost and sent again {}; \
+                 lost and sent again {}, late and sent again on an idle link {}; \
                  suspected {} times, longest {:.1} ms",
                 self.totals.reinjected,
                 e.reinjected_timer,
@@ -503,6 +508,7 @@ impl Report {
                 e.reinjections_expired,
                 self.totals.spurious_reinjections,
                 e.reinjected_lost,
+                e.reinjected_idle,
                 e.suspected,
                 e.longest_suspect_ms
             );
@@ -527,11 +533,11 @@ fn engine_rows(reports: &[Report], rows: &mut Vec<(String, Vec<String>)>) {
             .collect()
     };
     rows.push((
-        "reinjected: timer / link down / lost".into(),
+        "reinjected: timer / link down / lost / late, to an idle link".into(),
         e(&|_, e| {
             format!(
-                "{} / {} / {}",
-                e.reinjected_timer, e.reinjected_link_down, e.reinjected_lost
+                "{} / {} / {} / {}",
+                e.reinjected_timer, e.reinjected_link_down, e.reinjected_lost, e.reinjected_idle
             )
         }),
     ));

@@ -1091,6 +1091,78 @@ fn an_aggregate_packet_lost_on_a_working_link_comes_by_another() {
     assert_eq!(c.reinject_pending(), 0);
 }
 
+/// An aggregate flow's packets late on a link (its delay jumps from 15 to 400 ms: a pause,
+/// or a fall of its rate) go again on the other link once it has nothing else to send
+/// (4.4), so the receiver, which holds the flow behind them, gets them within the fast
+/// link's delay instead of the slow one's. The reinjection timer is kept out of it (its
+/// floor `rej_min` is 2 s). Not for a min-rtt flow, not without rate control (no window
+/// then bounds what a link has room for), and not with reinjection off.
+#[test]
+fn late_packets_of_an_aggregate_flow_go_again_on_an_idle_link() {
+    const PORT: u16 = 9405;
+    let run = |policy: crate::PolicyKind, rate_control: bool, reinjection: bool| {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)).rate_bps(6e6))
+            .link(LinkSpec::new(ms(15)).rate_bps(6e6))
+            .config(move |c| {
+                c.default_policy = policy;
+                c.rate_control = rate_control;
+                c.rej_min = ms(2000);
+                if !reinjection {
+                    c.reinjection = crate::ReinjectTimer::Off;
+                }
+            })
+            .build();
+        // Both links carry the flow (9.6 Mb/s against 6 + 6) and measure their RTTs.
+        let flow = FlowSpec::bulk(PORT, 1200);
+        pair.send_stream(Side::Client, &flow, 1000, at_ms(100), ms(1));
+        pair.drive_until(at_ms(1500));
+        pair.set_delay(1, ms(400));
+        // A burst the size of both links' share of 20 ms, then nothing.
+        let start = at_ms(1500);
+        for seq in 1000..1030 {
+            pair.send_at(
+                start + ms(u64::from(seq - 1000) / 2),
+                Side::Client,
+                flow.packet(seq),
+            );
+        }
+        pair.drive_until(at_ms(3000));
+        if policy == crate::PolicyKind::Aggregate {
+            let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+            assert_eq!(got[&PORT].len(), 1030, "rate control {rate_control}");
+        }
+        let last = delivery_of(&pair, Side::Server, PORT, 1029).unwrap_or(at_ms(3000));
+        let on_slow = pair
+            .data_transmits(Side::Client)
+            .filter(|t| t.time >= start && t.link == LinkId(1))
+            .count();
+        (last - start, pair.client.stats().reinjected_idle, on_slow)
+    };
+    let (took, idle, on_slow) = run(crate::PolicyKind::Aggregate, true, true);
+    assert!(on_slow > 0, "the burst never used link 1");
+    assert!(idle > 0, "nothing went again on link 0");
+    // Late after twice link 1's 30 ms minimum RTT, 5 ms of ack delay and 20 ms of
+    // queue, then 10 ms over link 0.
+    assert!(
+        took < ms(200),
+        "the burst's last packet took {took:?} ({idle} sent again)"
+    );
+    for (policy, rate_control, reinjection) in [
+        (crate::PolicyKind::MinRtt, true, true),
+        (crate::PolicyKind::Aggregate, false, true),
+        (crate::PolicyKind::Aggregate, true, false),
+    ] {
+        let (took, idle, on_slow) = run(policy, rate_control, reinjection);
+        assert_eq!(idle, 0, "{policy:?}, rate control {rate_control}");
+        // An aggregate flow's receiver waits for what link 1 carries.
+        assert!(
+            policy != crate::PolicyKind::Aggregate || on_slow == 0 || took > ms(400),
+            "rate control {rate_control}, reinjection {reinjection}: {took:?}"
+        );
+    }
+}
+
 /// A link's loss rate follows what it loses while it works and returns to zero once it
 /// stops losing (issue 5's third point: the aggregate policy weighs it, so a link's share
 /// of a backlog returns with it). Link 1 drops every fifth data datagram for the first
