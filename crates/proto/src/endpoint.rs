@@ -159,6 +159,17 @@ pub enum TunError {
 /// datagram less its IPv4 and UDP headers and the AEAD tag.
 const MIN_PEER_DATAGRAM: usize = 576 - 28 - 16;
 
+/// A reinjection whose original is still unresolved.
+#[derive(Clone, Copy, Debug)]
+struct Resend {
+    /// It was sent (not only queued).
+    sent: bool,
+    /// It went into idle capacity because its original was late (`poll_late`), not
+    /// because its link's timer expired: its original's coming after all says nothing of
+    /// the timer.
+    idle: bool,
+}
+
 /// A token bucket for "packet too big" answers (RFC 1812 4.3.2.8: rate-limited).
 #[derive(Debug)]
 struct TooBigBudget {
@@ -332,8 +343,8 @@ pub struct Endpoint {
     /// of new data at the binding point.
     reinject: VecDeque<Pending>,
     /// Reinjected packets whose original is still unresolved on its link, by global
-    /// sequence: whether the reinjection was sent yet.
-    reinject_state: BTreeMap<u64, bool>,
+    /// sequence.
+    reinject_state: BTreeMap<u64, Resend>,
     reinject_scratch: Vec<SentData>,
     /// Scratch for `poll_late`: (oldest late send, link index).
     late_order: Vec<(Instant, usize)>,
@@ -482,6 +493,12 @@ impl Endpoint {
     #[cfg(test)]
     pub(crate) fn reinjections_tracked(&self) -> usize {
         self.reinject_state.len()
+    }
+
+    /// When link `i`'s timer last expired spuriously (its reinjections' originals came).
+    #[cfg(test)]
+    pub(crate) fn last_spurious(&self, i: usize) -> Option<Instant> {
+        self.links[i].last_spurious
     }
 
     /// Packets held in reorder buffers.
@@ -1065,7 +1082,7 @@ impl Endpoint {
                         .any(|l| l.state == LinkState::Up && d.sent_on & link_bit(l.id) == 0)
                 {
                     self.stats.reinjected_lost += 1;
-                    self.queue_reinjection(now, d, false);
+                    self.queue_reinjection(now, d, false, false);
                 } else {
                     self.recycle(d.payload);
                 }
@@ -1074,10 +1091,11 @@ impl Endpoint {
     }
 
     /// The original of a reinjected packet was acknowledged: cancel the reinjection if it
-    /// still waits, else count it as spurious. Returns whether it was spurious.
+    /// still waits, else count it as spurious. Returns whether it was a spurious expiry of
+    /// the original's link's timer (not a resend into idle capacity).
     fn on_original_acked(&mut self, gseq: u64) -> bool {
         match self.reinject_state.remove(&gseq) {
-            Some(false) => {
+            Some(Resend { sent: false, .. }) => {
                 if let Some(pos) = self.reinject.iter().position(|p| p.data.global_seq == gseq) {
                     let p = self.reinject.remove(pos).expect("found");
                     self.recycle(p.data.payload);
@@ -1085,9 +1103,9 @@ impl Endpoint {
                 }
                 false
             }
-            Some(true) => {
+            Some(Resend { sent: true, idle }) => {
                 self.stats.reinjections_spurious += 1;
-                true
+                !idle
             }
             None => false,
         }
@@ -1125,7 +1143,7 @@ impl Endpoint {
             });
         }
         for data in taken.drain(..) {
-            self.queue_reinjection(now, data, true);
+            self.queue_reinjection(now, data, true, false);
         }
         self.reinject_scratch = taken;
         self.links_changed();
@@ -1133,10 +1151,11 @@ impl Endpoint {
 
     /// Queues an inner packet to be sent again on a link it was not sent on; with
     /// `cancellable`, an acknowledgement of the original cancels it (or counts it as
-    /// spurious once sent).
-    fn queue_reinjection(&mut self, now: Instant, data: SentData, cancellable: bool) {
+    /// spurious once sent). `idle`: see [`Resend::idle`].
+    fn queue_reinjection(&mut self, now: Instant, data: SentData, cancellable: bool, idle: bool) {
         if cancellable {
-            self.reinject_state.insert(data.global_seq, false);
+            self.reinject_state
+                .insert(data.global_seq, Resend { sent: false, idle });
         }
         // Keep the queue in global order (packets from several links interleave).
         let pos = self
@@ -1675,8 +1694,8 @@ impl Endpoint {
         data.sent_on |= link_bit(self.links[li].id);
         match which {
             Again::Reinject => {
-                if let Some(sent) = self.reinject_state.get_mut(&data.global_seq) {
-                    *sent = true;
+                if let Some(r) = self.reinject_state.get_mut(&data.global_seq) {
+                    r.sent = true;
                 }
                 self.stats.reinjections_sent += 1;
             }
@@ -1776,7 +1795,7 @@ impl Endpoint {
         self.late_order = order;
         let data = taken?;
         self.stats.reinjected_idle += 1;
-        self.queue_reinjection(now, data, true);
+        self.queue_reinjection(now, data, true, true);
         self.poll_again(now, buf, Again::Reinject, room)
     }
 
