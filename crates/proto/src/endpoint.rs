@@ -1758,30 +1758,28 @@ impl Endpoint {
     /// while the link delivers as its window expects; later than that it waits out a
     /// pause of the link or a fall of its rate. Oldest first, one per call.
     fn poll_late(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        self.refresh_views(now);
-        let room = self
-            .views
-            .iter()
-            .filter(|v| v.has_room(now) && !v.backup)
-            .fold(0u64, |m, v| m | link_bit(v.id));
-        if room == 0 {
-            return None;
-        }
         let slack = self.config.max_ack_delay + self.config.rate_control_max_queue;
         let late_before = |l: &Link| now.saturating_sub(l.rtt.min * 2 + slack);
         let mut order = std::mem::take(&mut self.late_order);
         order.clear();
-        order.extend(
-            self.links
+        order.extend(self.links.iter().enumerate().filter_map(|(j, l)| {
+            (l.in_flight > 0)
+                .then(|| l.oldest_unacked())
+                .flatten()
+                .filter(|&t| t < late_before(l))
+                .map(|t| (t, j))
+        }));
+        // Only then the links' views (most calls end here: nothing is late).
+        let room = if order.is_empty() {
+            0
+        } else {
+            self.refresh_views(now);
+            self.views
                 .iter()
-                .enumerate()
-                .filter(|(_, l)| l.in_flight > 0 && room & !link_bit(l.id) != 0)
-                .filter_map(|(j, l)| {
-                    l.oldest_unacked()
-                        .filter(|&t| t < late_before(l))
-                        .map(|t| (t, j))
-                }),
-        );
+                .filter(|v| v.has_room(now) && !v.backup)
+                .fold(0u64, |m, v| m | link_bit(v.id))
+        };
+        order.retain(|&(_, j)| room & !link_bit(self.links[j].id) != 0);
         order.sort_unstable();
         let mut taken = None;
         for &(_, j) in &order {
