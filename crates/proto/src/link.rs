@@ -108,6 +108,19 @@ pub(crate) struct SentData {
     pub(crate) form: crate::compact::TxForm,
 }
 
+impl SentData {
+    /// Takes the packet for reinjection: a copy with the payload, the record left
+    /// marked as taken with none.
+    fn take(&mut self) -> Self {
+        self.taken = true;
+        Self {
+            payload: std::mem::take(&mut self.payload),
+            taken: false,
+            ..*self
+        }
+    }
+}
+
 /// The bit of a link in [`SentData::sent_on`].
 #[inline]
 pub(crate) fn link_bit(id: LinkId) -> u64 {
@@ -493,7 +506,8 @@ pub struct LinkStats {
     pub suspected: u64,
     /// Times the link went down.
     pub went_down: u64,
-    /// Inner packets taken from this link for reinjection on others (timer or down).
+    /// Inner packets taken from this link for reinjection on others (timer, down, or late
+    /// while another link had nothing to send).
     pub reinjected: u64,
     /// Times the reinjection timer expired on this link.
     pub rej_expired: u64,
@@ -1460,12 +1474,7 @@ impl Link {
             .filter_map(|p| p.data.as_mut())
         {
             if !d.taken {
-                d.taken = true;
-                out.push(SentData {
-                    payload: std::mem::take(&mut d.payload),
-                    taken: false,
-                    ..*d
-                });
+                out.push(d.take());
                 n += 1;
             }
         }
@@ -1486,13 +1495,8 @@ impl Link {
             if d.taken || !d.spread || to & !d.sent_on == 0 {
                 continue;
             }
-            d.taken = true;
             self.stats.reinjected += 1;
-            return Some(SentData {
-                payload: std::mem::take(&mut d.payload),
-                taken: false,
-                ..*d
-            });
+            return Some(d.take());
         }
         None
     }
