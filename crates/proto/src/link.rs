@@ -129,7 +129,10 @@ pub(crate) fn link_bit(id: LinkId) -> u64 {
 
 #[derive(Debug)]
 pub(crate) struct SentPacket {
+    /// When it was handed to the driver.
     pub(crate) time: Instant,
+    /// When the driver reported its departure (`on_tx_done`); until then, `time`.
+    left: Instant,
     /// Ack-eliciting (counts in flight, subject to loss detection). Ack-only datagrams are
     /// kept too, for their send time: an ACK whose largest packet is one of them still
     /// gives an RTT sample (RFC 9002 5.1).
@@ -757,7 +760,8 @@ pub(crate) struct Link {
     /// reinjection timer), or the send on an idle link that armed it.
     pub(crate) last_ack_time: Instant,
     /// Sizes of packets below the binding point (handed to the driver, not yet departed).
-    below: VecDeque<(usize, Instant)>,
+    /// With each, its handoff time and packet number.
+    below: VecDeque<(usize, Instant, u64)>,
     last_tx_done: Instant,
     pub(crate) tx_rate: f64,
     /// Bytes and service time summed toward the next interface-rate sample.
@@ -1149,6 +1153,7 @@ impl Link {
         }
         let packet = Some(SentPacket {
             time: now,
+            left: now,
             eliciting,
             size,
             data,
@@ -1163,7 +1168,7 @@ impl Link {
         }
         self.sent.push_back(packet);
         self.trim_sent();
-        self.below.push_back((size, now));
+        self.below.push_back((size, now, pn));
         self.stats.max_below_binding = self.stats.max_below_binding.max(self.below.len());
         self.pacer.on_sent(now, size);
         self.stats.datagrams_sent += 1;
@@ -1189,9 +1194,12 @@ impl Link {
 
     /// The driver reports that the oldest packet below the binding point has departed.
     pub(crate) fn on_tx_done(&mut self, now: Instant) {
-        let Some((size, queued_at)) = self.below.pop_front() else {
+        let Some((size, queued_at, pn)) = self.below.pop_front() else {
             return;
         };
+        if let Some(Some(p)) = self.sent_index(pn).and_then(|i| self.sent.get_mut(i)) {
+            p.left = now;
+        }
         // Its serialization began when it was handed over or when the previous packet
         // left, whichever was later: a clean sample of the interface's rate. Samples are
         // summed over at least `TX_RATE_WINDOW` of service time, so that an interface
@@ -1507,7 +1515,7 @@ impl Link {
         if self.state != LinkState::Up {
             return None;
         }
-        let oldest = self.oldest_unacked()?;
+        let oldest = self.oldest_unacked_left()?;
         let armed = self.last_ack_time.max(oldest);
         let r = &self.rtt;
         let mad = config.max_ack_delay;
@@ -1538,6 +1546,33 @@ impl Link {
             _ => at,
         };
         Some(at.max(armed + config.rej_min))
+    }
+
+    /// When the link's oldest unacknowledged ack-eliciting packet started its way: for a
+    /// packet that left this host, its departure (while it waited in the host's own
+    /// interface, a cellular modem's pause when the interface is the bottleneck, it was
+    /// not on the path, and its acknowledgement cannot be late); for one still waiting
+    /// there, its handoff to the driver, so that an interface that stops sending times
+    /// out as the path would. The earlier of the two kinds' oldest.
+    fn oldest_unacked_left(&self) -> Option<Instant> {
+        let oldest = self
+            .sent
+            .iter()
+            .flatten()
+            .find(|p| p.eliciting)
+            .map(|p| p.left);
+        // The packets below the binding point are the newest, a few at most; one
+        // handed over before the oldest's departure may still be waiting.
+        let waiting = self.below.iter().find_map(|&(_, at, pn)| {
+            let i = self.sent_index(pn)?;
+            self.sent.get(i)?.as_ref()?.eliciting.then_some(at)
+        });
+        oldest.into_iter().chain(waiting).min()
+    }
+
+    /// Where packet `pn`'s record is in `sent`, if it is still kept.
+    fn sent_index(&self, pn: u64) -> Option<usize> {
+        usize::try_from(pn.checked_sub(self.sent_base)?).ok()
     }
 
     /// Send time of the oldest unacknowledged ack-eliciting packet.
@@ -1802,6 +1837,45 @@ mod tests {
         assert!(at < t(11_600 + 355), "{at:?}");
         l.last_spurious = Some(t(1_700));
         assert_eq!(l.rej_deadline(&config), Some(t(11_955)));
+    }
+
+    #[test]
+    fn the_reinjection_timer_counts_from_a_packets_departure() {
+        let config = crate::config::Config::default();
+        let ms = Duration::from_millis;
+        let mut l = Link::new(
+            LinkId(0),
+            LinkConfig::default(),
+            ms(100),
+            None,
+            Instant::ZERO,
+        );
+        // A steady link: each packet leaves at once and is acknowledged 50 ms later.
+        for k in 0..100 {
+            let pn = l.on_sent(t(10 * k), 1000, true, None);
+            l.on_tx_done(t(10 * k));
+            l.on_ack(
+                t(10 * k + 50),
+                pn,
+                ms(0),
+                [pn..=pn].into_iter(),
+                true,
+                &mut Vec::new(),
+            );
+        }
+        let slack = l.rtt.srtt + l.rtt.rttvar * 4 + config.max_ack_delay;
+        // Handed to the driver at 2000 and 2010 ms; the interface pauses, so both wait.
+        l.on_sent(t(2000), 1000, true, None);
+        l.on_sent(t(2010), 1000, true, None);
+        assert_eq!(l.rej_deadline(&config), Some(t(2000) + slack));
+        // The first leaves at 2040 ms: its acknowledgement is due a round trip after
+        // that, not after its handoff. The second, still waiting, times out from its
+        // handoff: an interface that stops sending is found as a path would be.
+        l.on_tx_done(t(2040));
+        assert_eq!(l.rej_deadline(&config), Some(t(2010) + slack));
+        // Once the second leaves too, the first one's departure is the oldest.
+        l.on_tx_done(t(2045));
+        assert_eq!(l.rej_deadline(&config), Some(t(2040) + slack));
     }
 
     #[test]
