@@ -1843,13 +1843,7 @@ mod tests {
     fn the_reinjection_timer_counts_from_a_packets_departure() {
         let config = crate::config::Config::default();
         let ms = Duration::from_millis;
-        let mut l = Link::new(
-            LinkId(0),
-            LinkConfig::default(),
-            ms(100),
-            None,
-            Instant::ZERO,
-        );
+        let mut l = link();
         // A steady link: each packet leaves at once and is acknowledged 50 ms later.
         for k in 0..100 {
             let pn = l.on_sent(t(10 * k), 1000, true, None);
