@@ -976,13 +976,20 @@ fn run_mode(
         }
     }
     drop(rt_guard);
-    if !shaped_idx.is_empty() {
-        notes.push(format!(
-            "max_queue_below_binding: the client's qdisc backlog sampled every {:.1} ms \
-             (peaks between samples are missed)",
+    // What `max_queue_below_binding` is, per kind of link.
+    let sampled = (!shaped_idx.is_empty()).then(|| {
+        format!(
+            "the client's qdisc backlog sampled every {:.1} ms (peaks between samples \
+             are missed)",
             sample_ns as f64 / 1e6
-        ));
-    }
+        )
+    });
+    let emulated = (shaped_idx.len() < n).then(|| {
+        "the emulator's uplink FIFO, its largest backlog, where htb does not shape the link"
+            .to_string()
+    });
+    let kinds: Vec<String> = sampled.into_iter().chain(emulated).collect();
+    notes.push(format!("max_queue_below_binding: {}", kinds.join("; ")));
     let final_qdisc: Vec<Option<QdiscStats>> = nl_client.root_qdiscs(&c_idx)?;
     let departures = match capture {
         Some(c) => {

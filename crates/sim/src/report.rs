@@ -69,7 +69,8 @@ pub struct LinkReport {
     pub dropped_queue_full: u64,
     /// Packets refused because the link was out.
     pub dropped_outage: u64,
-    /// Most packets ever waiting at the client's side of the link.
+    /// Most packets ever waiting at the client's side of the link; for a link whose
+    /// uplink bottleneck is in the network, in the uplink's FIFO there.
     pub max_queue_below_binding: usize,
     /// Packets moved off this link by reinjection, both ends.
     pub reinjected_from: u64,

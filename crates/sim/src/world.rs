@@ -100,7 +100,8 @@ pub struct LinkTally {
     pub dropped_outage: u64,
     /// Most packets ever waiting at the client's side of the uplink (queued or being
     /// serialized): what is below the binding point in mode late, the qdisc and driver
-    /// FIFO in mode early.
+    /// FIFO in mode early. With `uplink_bottleneck = "network"`, the uplink's FIFO in the
+    /// network instead (the client's side holds nothing there).
     pub max_queue_below_binding: usize,
     /// Rate control, sampled every [`CC_SAMPLE`] while the link was up: the client's
     /// engine (uplink) and the server's (downlink).
