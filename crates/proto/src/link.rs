@@ -1968,6 +1968,56 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever the order of handoffs, departures and acknowledgements, the timer's
+        /// start is the oldest unacknowledged ack-eliciting packet's departure (its
+        /// handoff while it waits), or the handoff of an older-handed packet still
+        /// waiting, as a model of the link's records says.
+        #[test]
+        fn the_timer_starts_at_the_oldest_departure_or_waiting_handoff(
+            ops in proptest::collection::vec((0u8..4, 0u64..20), 1..200),
+        ) {
+            // (pn, handoff, departure, acknowledged, eliciting)
+            let mut model: Vec<(u64, Instant, Option<Instant>, bool, bool)> = Vec::new();
+            let mut l = link();
+            let mut now = Instant::ZERO;
+            for (op, step) in ops {
+                now += Duration::from_millis(step);
+                match op {
+                    0 | 1 => {
+                        let eliciting = op == 0;
+                        let pn = l.on_sent(now, 1000, eliciting, None);
+                        model.push((pn, now, None, false, eliciting));
+                    }
+                    2 => {
+                        l.on_tx_done(now);
+                        if let Some(m) = model.iter_mut().find(|m| m.2.is_none()) {
+                            m.2 = Some(now);
+                        }
+                    }
+                    _ => {
+                        // Everything up to the newest departed packet, in order (no
+                        // gap, so nothing is declared lost).
+                        let first = model.iter().find(|m| !m.3).map(|m| m.0);
+                        let last = model.iter().rev().find(|m| m.2.is_some()).map(|m| m.0);
+                        if let (Some(first), Some(last)) = (first, last)
+                            && first <= last
+                        {
+                            l.on_ack(now, last, Duration::ZERO, [first..=last].into_iter(), true, &mut Vec::new());
+                            for m in model.iter_mut().filter(|m| m.0 <= last) {
+                                m.3 = true;
+                            }
+                        }
+                    }
+                }
+                let oldest = model.iter().find(|m| !m.3 && m.4).map(|m| m.2.unwrap_or(m.1));
+                let waiting = model.iter().find(|m| m.2.is_none() && m.4).map(|m| m.1);
+                let expected = oldest.into_iter().chain(waiting).min();
+                proptest::prop_assert_eq!(l.oldest_unacked_left(), expected);
+            }
+        }
+    }
+
     #[test]
     fn the_pacing_timer_is_the_release_time_seen_in_the_simulator() {
         // The case that left a link with a backlog idle for 2.4 ms in the simulator
