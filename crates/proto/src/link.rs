@@ -1555,12 +1555,7 @@ impl Link {
     /// there, its handoff to the driver, so that an interface that stops sending times
     /// out as the path would. The earlier of the two kinds' oldest.
     fn oldest_unacked_left(&self) -> Option<Instant> {
-        let oldest = self
-            .sent
-            .iter()
-            .flatten()
-            .find(|p| p.eliciting)
-            .map(|p| p.left);
+        let oldest = self.oldest_eliciting().map(|p| p.left);
         // The packets below the binding point are the newest, a few at most; one
         // handed over before the oldest's departure may still be waiting.
         let waiting = self.below.iter().find_map(|&(_, at, pn)| {
@@ -1577,11 +1572,12 @@ impl Link {
 
     /// Send time of the oldest unacknowledged ack-eliciting packet.
     pub(crate) fn oldest_unacked(&self) -> Option<Instant> {
-        self.sent
-            .iter()
-            .flatten()
-            .find(|p| p.eliciting)
-            .map(|p| p.time)
+        self.oldest_eliciting().map(|p| p.time)
+    }
+
+    /// The oldest unacknowledged ack-eliciting packet's record.
+    fn oldest_eliciting(&self) -> Option<&SentPacket> {
+        self.sent.iter().flatten().find(|p| p.eliciting)
     }
 
     /// Time at which loss detection should run again (the time threshold of the oldest
@@ -2003,7 +1999,8 @@ mod tests {
                         if let (Some(first), Some(last)) = (first, last)
                             && first <= last
                         {
-                            l.on_ack(now, last, Duration::ZERO, [first..=last].into_iter(), true, &mut Vec::new());
+                            let acked = [first..=last].into_iter();
+                            l.on_ack(now, last, Duration::ZERO, acked, true, &mut Vec::new());
                             for m in model.iter_mut().filter(|m| m.0 <= last) {
                                 m.3 = true;
                             }
