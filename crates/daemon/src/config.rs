@@ -111,6 +111,11 @@ pub struct ClientSection {
     /// holds (`docs/protocol.md` 3.9): a full-size TCP segment takes about 30 bytes less
     /// on the link. Both ends must speak it. Default true.
     pub header_compression: Option<bool>,
+    /// The receive-window clamp (`docs/protocol.md` 4.1): the TCP windows the peer's
+    /// segments carry to this end's hosts are lowered so that a sender here keeps only
+    /// its CoDel target's worth waiting in the tunnel, and is slowed without a drop.
+    /// Default false.
+    pub tcp_window_clamp: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
@@ -286,6 +291,11 @@ pub struct ServerSection {
     /// holds (`docs/protocol.md` 3.9): a full-size TCP segment takes about 30 bytes less
     /// on the link. Both ends must speak it. Default true.
     pub header_compression: Option<bool>,
+    /// The receive-window clamp (`docs/protocol.md` 4.1): the TCP windows the peer's
+    /// segments carry to this end's hosts are lowered so that a sender here keeps only
+    /// its CoDel target's worth waiting in the tunnel, and is slowed without a drop.
+    /// Default false.
+    pub tcp_window_clamp: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.

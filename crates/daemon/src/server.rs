@@ -121,6 +121,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let ack_ride_wait = cfg.ack_ride_wait;
     let ack_filter = s.ack_filter;
     let header_compression = s.header_compression;
+    let tcp_window_clamp = s.tcp_window_clamp;
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
@@ -268,6 +269,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         }
                                         if let Some(on) = header_compression {
                                             config.header_compression = on;
+                                        }
+                                        if let Some(on) = tcp_window_clamp {
+                                            config.tcp_window_clamp = on;
                                         }
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)

@@ -115,6 +115,9 @@ pub struct EngineCounters {
     /// Pure TCP acknowledgements replaced in their queue by a later one (`ack_filter`).
     #[serde(default)]
     pub ack_filtered: u64,
+    /// The peer's TCP segments whose window was lowered (`tcp_window_clamp`).
+    #[serde(default)]
+    pub window_clamped: u64,
     /// Inner packets bound to a link.
     pub data_bound: u64,
     /// Of those, small flows' packets sent past a link's full window.
@@ -429,6 +432,7 @@ impl SessionStatus {
                 aqm_marked: st.queues.aqm_marked,
                 overflow_dropped: st.queues.overflow_dropped,
                 ack_filtered: st.queues.ack_filtered,
+                window_clamped: st.window_clamped,
                 data_bound: st.data_bound,
                 small_past_window: st.small_past_window,
                 malformed: st.malformed,
@@ -565,10 +569,11 @@ impl Status {
             let d = &ses.daemon;
             let _ = writeln!(
                 s,
-                "  drops: aqm {} overflow {} acks-filtered {} too-big {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
+                "  drops: aqm {} overflow {} acks-filtered {} windows-clamped {} too-big {} invalid {} malformed {} auth {} dup {} gaps {} send-errors {} spoofed {}  (late, delivered: {})",
                 e.aqm_dropped,
                 e.overflow_dropped,
                 e.ack_filtered,
+                e.window_clamped,
                 e.too_big_dropped,
                 e.tun_invalid,
                 e.malformed,

@@ -23,7 +23,8 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
-//!   `tun_offload`, `ack_filter`, `header_compression` and `ack_ride_wait_ms` go into
+//!   `tun_offload`, `ack_filter`, `header_compression`, `ack_ride_wait_ms` and
+//!   `tcp_window_clamp` go into
 //!   both files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
@@ -104,6 +105,7 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         "ack_ride_wait_ms = {:?}",
         spec.late.ack_ride_wait_ms
     )?;
+    writeln!(engine, "tcp_window_clamp = {}", spec.late.tcp_window_clamp)?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;
     writeln!(server, "[server]")?;
@@ -355,6 +357,7 @@ pub fn engine_report(
         aqm_marked: sum(&|s| s.engine.aqm_marked),
         overflow_dropped: sum(&|s| s.engine.overflow_dropped),
         ack_filtered: sum(&|s| s.engine.ack_filtered),
+        window_clamped: sum(&|s| s.engine.window_clamped),
         small_past_window: sum(&|s| s.engine.small_past_window),
         acks_sent: each(&|s| s.engine.acks_sent),
         acks_ridden: each(&|s| s.engine.acks_ridden),

@@ -67,6 +67,11 @@ pub struct Config {
     /// that the peer holds (DATA_TEMPLATE and DATA_COMPACT, `docs/protocol.md` 3.9): a
     /// full-size TCP segment then takes about 34 bytes less on the link. Default on.
     pub header_compression: bool,
+    /// The receive-window clamp (4.1): the windows of the acknowledgements a local TCP
+    /// sender gets through the tunnel are lowered so that it keeps no more above the
+    /// binding point than the links up carry in its flow's CoDel target; CoDel then
+    /// leaves its queue alone. Default off.
+    pub tcp_window_clamp: bool,
     /// Total packets held above the binding point, all flows together. Default 10240.
     pub limit_packets: usize,
     /// Total bytes held above the binding point. Default 32 MiB.
@@ -164,6 +169,7 @@ impl Default for Config {
             ecn: true,
             ack_filter: true,
             header_compression: true,
+            tcp_window_clamp: false,
             limit_packets: 10_240,
             limit_bytes: 32 << 20,
             max_flows: 16_384,

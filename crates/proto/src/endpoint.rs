@@ -47,6 +47,11 @@ const PROBE_BYTES: usize = 1200;
 /// Links a server accepts from one client before it ignores new link ids.
 const MAX_LINKS: usize = 64;
 
+/// The least backlog the receive-window clamp allows a TCP sender above the binding point,
+/// bytes (4.1): sixteen full-size packets, so its acknowledgements' clock keeps the
+/// links fed when their rate estimates are small.
+const CLAMP_MIN_ALLOWANCE: f64 = 16.0 * 1500.0;
+
 /// A datagram for the driver to send.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
 #[must_use]
@@ -208,6 +213,9 @@ pub struct EndpointStats {
     pub tun_too_large: u64,
     /// Queue counters above the binding point.
     pub queues: QueueStats,
+    /// Segments from the peer whose TCP window was lowered by the receive-window clamp
+    /// (`Config::tcp_window_clamp`).
+    pub window_clamped: u64,
     /// Inner packets bound to a link.
     pub data_bound: u64,
     /// Of those, small flows' packets sent past a full window (`LinkView::has_room_small`).
@@ -316,6 +324,7 @@ pub struct Endpoint {
     /// Header compression: this end's template slots (sending) and the peer's (receiving).
     compressor: crate::compact::Compressor,
     decompressor: crate::compact::Decompressor,
+    clamp: crate::clamp::WindowClamp,
     next_loss_report: Instant,
     loss_report_due: bool,
     next_housekeeping: Instant,
@@ -420,6 +429,7 @@ impl Endpoint {
             reinject_views: Vec::new(),
             compressor: Default::default(),
             decompressor: Default::default(),
+            clamp: Default::default(),
             fit_views: Vec::new(),
             small_views: Vec::new(),
             small_wake: None,
@@ -447,6 +457,7 @@ impl Endpoint {
         let mut s = self.stats;
         s.queues = self.queues.stats;
         s.reorder = self.reorder.stats;
+        s.window_clamped = self.clamp.clamped;
         s
     }
 
@@ -736,7 +747,31 @@ impl Endpoint {
         } else {
             policy_for(&self.config.rules, self.config.default_policy, info)
         };
+        let clamp = self.config.tcp_window_clamp && info.key.protocol == crate::classify::PROTO_TCP;
+        if clamp {
+            self.clamp.on_local(&buf);
+        }
         self.queues.enqueue(now, info, policy, buf);
+        if clamp {
+            // The backlog CoDel aims at (the flow's target, at what the links up carry),
+            // held by the sender's window instead of by drops.
+            let rate: f64 = self
+                .links
+                .iter()
+                .filter(|l| l.state == LinkState::Up)
+                .filter_map(|l| l.cc.as_ref().map(|c| c.rate()))
+                .sum();
+            let bytes = (rate * self.queues.target_for(&info.key).as_secs_f64())
+                .clamp(CLAMP_MIN_ALLOWANCE, f64::from(u32::MAX >> 2))
+                as u32;
+            if let Some(may) = self.clamp.set_allowance(&info.key, bytes) {
+                // As far as its sender may send (with its packets' headers, and two
+                // packets on their way), CoDel leaves the flow to its window.
+                let may = may as usize;
+                self.queues
+                    .set_allowance(&info.key, may + may / 16 + 2 * 1514);
+            }
+        }
         Ok(())
     }
 
@@ -1886,6 +1921,9 @@ impl Endpoint {
             self.stats.small_past_window += 1;
         }
         self.note_oversized(li, queued.data.len());
+        if self.config.tcp_window_clamp {
+            self.clamp.on_bound(&queued.data);
+        }
         // The binding point: only now does the packet get its link, numbers and header.
         let gseq = self.next_global_seq;
         self.next_global_seq += 1;
@@ -2179,7 +2217,14 @@ impl Endpoint {
     /// The next inner packet for the TUN side, in order within its flow; or a "packet
     /// too big" this end answered one of the TUN side's packets with.
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
-        self.local_out.pop_front().or_else(|| self.reorder.pop())
+        if let Some(p) = self.local_out.pop_front() {
+            return Some(p);
+        }
+        let mut p = self.reorder.pop()?;
+        if self.config.tcp_window_clamp && crate::classify::is_tcp(&p) {
+            self.clamp.on_remote(&mut p);
+        }
+        Some(p)
     }
 
     /// The largest inner packet every link that is not down carries whole (`None`:

@@ -298,6 +298,9 @@ pub(crate) struct Flow {
     /// Next flow sequence number to put on the wire.
     pub(crate) next_seq: u64,
     last_active: Instant,
+    /// The backlog its sender is held to by the receive-window clamp (4.1), 0 if none:
+    /// CoDel leaves a queue within it alone.
+    allowance: usize,
 }
 
 /// Counters of the queues above the binding point.
@@ -560,6 +563,7 @@ impl FlowQueues {
             codel: Codel::default(),
             next_seq: 0,
             last_active: now,
+            allowance: 0,
         };
         self.next_flow_id = self.next_flow_id.wrapping_add(1).max(1);
         self.stats.flows_created += 1;
@@ -579,6 +583,31 @@ impl FlowQueues {
             self.overflow_slot = Some(slot);
         }
         slot
+    }
+
+    /// The CoDel target of the flow of `key` (with the aggregate policy's extra), or the
+    /// target in force if there is no such flow.
+    pub(crate) fn target_for(&self, key: &FlowKey) -> Duration {
+        let tag = self.index.tag(key);
+        let flows = &self.flows;
+        let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == *key);
+        match self.index.get(tag, is_key) {
+            Some(slot) => self.target_of(slot),
+            None => self.target,
+        }
+    }
+
+    /// Sets the backlog the receive-window clamp holds the flow of `key` to (4.1).
+    pub(crate) fn set_allowance(&mut self, key: &FlowKey, bytes: usize) {
+        let tag = self.index.tag(key);
+        let flows = &self.flows;
+        let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == *key);
+        if let Some(slot) = self.index.get(tag, is_key)
+            && self.overflow_slot != Some(slot)
+            && let Some(f) = self.flows[slot].as_mut()
+        {
+            f.allowance = bytes;
+        }
     }
 
     /// Drops the head packet of the flow holding the most bytes.
@@ -774,7 +803,7 @@ impl FlowQueues {
             flow.codel.dropping = false;
             return false;
         };
-        if !flow.codel.dropping && queue_fine(now - head.enqueued, target, flow.bytes) {
+        if !flow.codel.dropping && queue_fine(now - head.enqueued, target, flow.over_allowance()) {
             flow.codel.first_above_time = None;
             return true;
         }
@@ -807,13 +836,14 @@ impl FlowQueues {
             } else {
                 Duration::ZERO
             };
+            let backlog = flow.over_allowance();
             let act = codel_act(
                 &mut flow.codel,
                 now,
                 sojourn,
                 target,
                 interval,
-                flow.bytes,
+                backlog,
                 answer,
             );
             if !act {
@@ -860,6 +890,14 @@ impl FlowQueues {
                 }
             }
         }
+    }
+}
+
+impl Flow {
+    /// Its backlog beyond what the receive-window clamp holds its sender to: CoDel judges
+    /// only that (a clamped sender slows when its window says so, without a drop).
+    fn over_allowance(&self) -> usize {
+        self.bytes.saturating_sub(self.allowance)
     }
 }
 

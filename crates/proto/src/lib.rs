@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 mod cc;
+mod clamp;
 pub mod classify;
 mod compact;
 pub mod config;

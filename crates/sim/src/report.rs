@@ -136,6 +136,9 @@ pub struct EngineReport {
     pub overflow_dropped: u64,
     /// Pure TCP acknowledgements replaced in their queue by a later one.
     pub ack_filtered: u64,
+    /// TCP segments whose window the receive-window clamp lowered, client + server.
+    #[serde(default)]
+    pub window_clamped: u64,
     /// Small flows' packets sent past a link's full window.
     pub small_past_window: u64,
     /// ACK frames sent, [client, server].
@@ -347,6 +350,7 @@ impl Report {
                 aqm_marked: cs.queues.aqm_marked + ss.queues.aqm_marked,
                 overflow_dropped: cs.queues.overflow_dropped + ss.queues.overflow_dropped,
                 ack_filtered: cs.queues.ack_filtered + ss.queues.ack_filtered,
+                window_clamped: cs.window_clamped + ss.window_clamped,
                 small_past_window: cs.small_past_window + ss.small_past_window,
                 acks_sent: [cs.acks_sent, ss.acks_sent],
                 acks_ridden: [cs.acks_ridden, ss.acks_ridden],

@@ -237,6 +237,10 @@ pub struct LateKnobs {
     /// CoDel target sojourn of a per-flow queue, ms. Default 5.
     #[serde(default = "default_codel_target_ms")]
     pub codel_target_ms: f64,
+    /// The receive-window clamp of local TCP senders (the engine's `tcp_window_clamp`).
+    /// Default false.
+    #[serde(default)]
+    pub tcp_window_clamp: bool,
     /// Rate control on each link starts from the link's capacity in that direction (its
     /// rate, or its trace's mean) instead of searching for it, as a daemon does with a
     /// link's `capacity_mbps` (measured beforehand with `latebind probe`). Default false.
@@ -461,6 +465,7 @@ impl Default for LateKnobs {
             rate_control: true,
             rate_control_max_queue_ms: default_rc_max_queue_ms(),
             codel_target_ms: default_codel_target_ms(),
+            tcp_window_clamp: false,
             seed_capacity: false,
             dispatch: false,
             dispatch_horizon_us: default_dispatch_horizon_us(),

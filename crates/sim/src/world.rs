@@ -459,6 +459,7 @@ impl World {
                     c.ack_ride_wait = spec.late.ack_ride_wait();
                     c.rate_control_max_queue = spec.late.rate_control_max_queue();
                     c.codel_target = spec.late.codel_target();
+                    c.tcp_window_clamp = spec.late.tcp_window_clamp;
                 }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Each mahimahi trace of ../shared/traces as a cellular link, over several of its delays,
+in the simulator (mode late): the figures of docs/RESULTS.md 10.6, which compare one build
+with and without a setting.
+
+  scripts/delay-sweep.py single [--set K=V ...]   bufferbloat-trace.toml: the trace is the
+      only link; each trace down and up, its delay 15, 25 and 35 ms. Goodput in % of the
+      trace's mean capacity over the 30 s (mean over the delays, then each), the probe's
+      p50 and p95 (means), and each run's share of time in competitive mode.
+  scripts/delay-sweep.py two [--set K=V ...]      bufferbloat-2links.toml: 10 Mb/s beside
+      the trace (download), its delay 15, 30 and 45 ms. Goodput in % of the links' sum,
+      the probe's p95.
+  scripts/delay-sweep.py three [--set K=V ...]    aggregate-3.toml: 10 and 5 Mb/s beside the
+      trace (upload), its delay 10-50 ms. Goodput in % of the links' sum (mean, least).
+
+Needs the release build (cargo build --release -p latebind).
+"""
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "latebind")
+TRACES = os.path.join(ROOT, "..", "shared", "traces")
+NAMES = [
+    "TMobile-LTE-short",
+    "Verizon-LTE-short",
+    "TMobile-UMTS-driving",
+    "ATT-LTE-driving-2016",
+    "Verizon-EVDO-driving",
+]
+
+
+def capacity(path, secs=30):
+    """Mean capacity (Mb/s) of a mahimahi trace over its first `secs` seconds."""
+    with open(path) as f:
+        n = sum(1 for line in f if line.strip() and int(line) <= secs * 1000)
+    return n * 1500 * 8 / secs / 1e6
+
+
+def sim(scenario, sets):
+    args = [BIN, "sim", os.path.join("scenarios", scenario), "--mode", "late", "--json"]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def trace_sets(link, name):
+    return [
+        f'links.{link}.trace_up="../../shared/traces/{name}.up"',
+        f'links.{link}.trace_down="../../shared/traces/{name}.down"',
+    ]
+
+
+def single(extra):
+    for name in NAMES:
+        for d in ["down", "up"]:
+            cap = capacity(os.path.join(TRACES, f"{name}.{d}"))
+
+            def run(delay):
+                sets = trace_sets(0, name) + [
+                    f"links.0.delay_ms={delay}",
+                    f'flows.0.direction="{d}"',
+                    f'flows.1.direction="{d}"',
+                ]
+                j = sim("bufferbloat-trace.toml", sets + extra)
+                f = {x["name"]: x for x in j["flows"]}
+                comp = max(x["competitive_pct"] for x in j["links"][0]["rate_control"])
+                p = f["probe"]["latency_ms"]
+                return 100 * f["bulk"]["goodput_mbps"] / cap, p["p50"], p["p95"], comp
+
+            with ThreadPoolExecutor(2) as ex:
+                r = list(ex.map(run, [15, 25, 35]))
+            mean = lambda i: sum(x[i] for x in r) / len(r)  # noqa: E731
+            print(
+                f"{name:22s} {d:4s} {mean(0):5.1f} % [{' '.join('%.0f' % x[0] for x in r)}]"
+                f"  p50 {mean(1):5.0f}  p95 {mean(2):6.0f} [{' '.join('%.0f' % x[2] for x in r)}]"
+                f"  competing % {[round(x[3]) for x in r]}"
+            )
+
+
+def two(extra):
+    for name in NAMES:
+        cap = 10 + capacity(os.path.join(TRACES, f"{name}.down"))
+
+        def run(delay):
+            j = sim("bufferbloat-2links.toml", trace_sets(1, name) + [f"links.1.delay_ms={delay}"] + extra)
+            f = {x["name"]: x for x in j["flows"]}
+            return 100 * f["bulk"]["goodput_mbps"] / cap, f["probe"]["latency_ms"]["p95"]
+
+        with ThreadPoolExecutor(2) as ex:
+            r = list(ex.map(run, [15, 30, 45]))
+        print(
+            f"{name:22s} of {cap:5.2f} Mb/s: {sum(x[0] for x in r) / 3:5.1f} %"
+            f" [{' '.join('%.1f' % x[0] for x in r)}]  probe p95 {[round(x[1], 1) for x in r]}"
+        )
+
+
+def three(extra):
+    for name in NAMES:
+        cap = 15 + capacity(os.path.join(TRACES, f"{name}.up"))
+
+        def run(delay):
+            j = sim("aggregate-3.toml", trace_sets(2, name) + [f"links.2.delay_ms={delay}"] + extra)
+            return 100 * j["flows"][0]["goodput_mbps"] / cap
+
+        with ThreadPoolExecutor(2) as ex:
+            r = list(ex.map(run, [10, 15, 20, 25, 30, 35, 40, 50]))
+        print(
+            f"{name:22s} of {cap:5.2f} Mb/s: {sum(r) / len(r):5.1f} % (least {min(r):5.1f})"
+            f" [{' '.join('%.1f' % x for x in r)}]"
+        )
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three"):
+        sys.exit(__doc__)
+    extra = []
+    rest = sys.argv[2:]
+    while rest:
+        if rest[0] != "--set" or len(rest) < 2:
+            sys.exit(f"delay-sweep: expected --set KEY=VALUE, got {rest[0]!r}")
+        extra.append(rest[1])
+        rest = rest[2:]
+    {"single": single, "two": two, "three": three}[sys.argv[1]](extra)
+
+
+if __name__ == "__main__":
+    main()
