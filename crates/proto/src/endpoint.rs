@@ -615,7 +615,7 @@ impl Endpoint {
                 pause = pause.max(paused);
             }
         }
-        self.queues.set_aggregate_extra(spread + pause);
+        self.queues.set_aggregate_extra(spread, pause);
     }
 
     fn link(&self, id: LinkId) -> Option<&Link> {
@@ -753,15 +753,16 @@ impl Endpoint {
         }
         self.queues.enqueue(now, info, policy, buf);
         if clamp {
-            // The backlog CoDel aims at (the flow's target, at what the links up carry),
-            // held by the sender's window instead of by drops.
+            // The backlog CoDel aims at (the flow's target, with an aggregate flow's
+            // spread, at what the links up carry), held by the sender's window instead
+            // of by drops.
             let rate: f64 = self
                 .links
                 .iter()
                 .filter(|l| l.state == LinkState::Up)
                 .filter_map(|l| l.cc.as_ref().map(|c| c.rate()))
                 .sum();
-            let bytes = (rate * self.queues.target_for(&info.key).as_secs_f64())
+            let bytes = (rate * self.queues.clamp_target_for(&info.key).as_secs_f64())
                 .clamp(CLAMP_MIN_ALLOWANCE, f64::from(u32::MAX >> 2))
                 as u32;
             if let Some(may) = self.clamp.set_allowance(&info.key, bytes) {

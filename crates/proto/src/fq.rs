@@ -351,8 +351,10 @@ pub(crate) struct FlowQueues {
     target: Duration,
     /// The configured CoDel target, the least in force.
     configured_target: Duration,
-    /// Extra target of aggregate flows ([`Self::set_aggregate_extra`]).
+    /// Extra target of aggregate flows ([`Self::set_aggregate_extra`]), and the links'
+    /// delay spread alone.
     aggregate_extra: Duration,
+    aggregate_spread: Duration,
     /// CoDel drops and marks of overflow-policy flows, cumulative
     /// ([`Self::overflow_congestion`]).
     overflow_congestion: u64,
@@ -392,6 +394,7 @@ impl FlowQueues {
                 .max(config.codel_interval / TARGET_PER_INTERVAL),
             configured_target: config.codel_target,
             aggregate_extra: Duration::ZERO,
+            aggregate_spread: Duration::ZERO,
             overflow_congestion: 0,
             interval: config.codel_interval,
             ecn: config.ecn,
@@ -426,8 +429,9 @@ impl FlowQueues {
     /// flow's packets behind one that waits out a pause, the flow's acknowledgements
     /// stall, and the other links keep sending only from that queue. That queue is the
     /// price of aggregation, not a bad queue.
-    pub(crate) fn set_aggregate_extra(&mut self, extra: Duration) {
-        self.aggregate_extra = extra;
+    pub(crate) fn set_aggregate_extra(&mut self, spread: Duration, pause: Duration) {
+        self.aggregate_extra = spread + pause;
+        self.aggregate_spread = spread;
     }
 
     /// CoDel drops and marks of overflow-policy flows so far: their packets waited too
@@ -585,15 +589,24 @@ impl FlowQueues {
         slot
     }
 
-    /// The CoDel target of the flow of `key` (with the aggregate policy's extra), or the
-    /// target in force if there is no such flow.
-    pub(crate) fn target_for(&self, key: &FlowKey) -> Duration {
+    /// How long the receive-window clamp lets the flow of `key` keep a backlog (4.1):
+    /// CoDel's target, and for an aggregate flow the links' delay spread too (what the
+    /// slower links need to deliver before the faster one would have). Not the links'
+    /// recent pause, which CoDel's target of an aggregate flow has: CoDel must not drop
+    /// while the flow's acknowledgements stall behind a paused link, but a clamped
+    /// sender is not dropped, and a backlog that long stands all the time, where
+    /// CoDel's target is only the least the queue must keep to be dropped from.
+    pub(crate) fn clamp_target_for(&self, key: &FlowKey) -> Duration {
         let tag = self.index.tag(key);
         let flows = &self.flows;
         let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == *key);
-        match self.index.get(tag, is_key) {
-            Some(slot) => self.target_of(slot),
-            None => self.target,
+        match self
+            .index
+            .get(tag, is_key)
+            .and_then(|slot| self.flows[slot].as_ref())
+        {
+            Some(f) if f.policy == PolicyKind::Aggregate => self.target + self.aggregate_spread,
+            _ => self.target,
         }
     }
 
@@ -1111,6 +1124,51 @@ mod tests {
         }
         assert!(q.stats.aqm_dropped > 0, "{:?}", q.stats);
         assert_eq!(q.stats.aqm_marked, 0);
+    }
+
+    #[test]
+    fn a_flow_within_its_clamped_allowance_meets_no_codel() {
+        // The standing queue above, of a flow whose sender the receive-window clamp
+        // holds to 80 packets: CoDel leaves it alone; past the allowance it drops again.
+        let run = |allowance: usize| {
+            let mut q = FlowQueues::new(&Config::default());
+            let mut t = Instant::ZERO;
+            let key = classify(&pkt(1, 0, 1400, 0)).unwrap().key;
+            for _ in 0..50 {
+                enq(&mut q, t, pkt(1, 0, 1400, 0));
+            }
+            q.set_allowance(&key, allowance);
+            for _ in 0..100 {
+                t += Duration::from_millis(10);
+                enq(&mut q, t, pkt(1, 0, 1400, 0));
+                let _ = q.dequeue_with(t, |_, _| Decision::Take(()));
+            }
+            q.stats.aqm_dropped
+        };
+        assert_eq!(run(80 * 1442), 0);
+        assert!(run(20 * 1442) > 0);
+    }
+
+    #[test]
+    fn an_aggregate_flows_clamp_target_has_the_links_spread_not_their_pause() {
+        let mut q = FlowQueues::new(&Config::default());
+        q.set_aggregate_extra(Duration::from_millis(25), Duration::from_millis(300));
+        let t = Instant::ZERO;
+        let (agg, other) = (pkt(1, 0, 1400, 0), pkt(2, 0, 1400, 0));
+        let (ka, ko) = (classify(&agg).unwrap(), classify(&other).unwrap());
+        q.enqueue(t, &ka, PolicyKind::Aggregate, agg);
+        q.enqueue(t, &ko, PolicyKind::MinRtt, other);
+        let target = q.target;
+        assert_eq!(
+            q.clamp_target_for(&ka.key),
+            target + Duration::from_millis(25)
+        );
+        assert_eq!(q.clamp_target_for(&ko.key), target);
+        // CoDel's target of the aggregate flow has both.
+        let slot = (0..q.flows.len())
+            .find(|&s| q.flows[s].as_ref().is_some_and(|f| f.key == ka.key))
+            .unwrap();
+        assert_eq!(q.target_of(slot), target + Duration::from_millis(325));
     }
 
     /// Times of CoDel's drops on one flow that keeps `backlog` packets queued, served
