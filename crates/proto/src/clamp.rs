@@ -23,7 +23,8 @@ use std::collections::hash_map::Entry;
 
 use crate::classify::{FlowKey, PROTO_TCP};
 
-/// Connections tracked at most; past it the one idle longest is forgotten.
+/// Connections tracked at most; past it the half used longest ago is forgotten at once
+/// (a scan of the table per half of it, not per new connection).
 const MAX_CONNECTIONS: usize = 4096;
 
 const FIN: u8 = 0x01;
@@ -31,23 +32,14 @@ const SYN: u8 = 0x02;
 const RST: u8 = 0x04;
 const ACK: u8 = 0x10;
 
-/// One direction's addresses and ports, as the local end sends.
-#[derive(Clone, Copy, Debug, Eq, Hash, PartialEq)]
-struct ConnKey {
-    src: [u8; 16],
-    dst: [u8; 16],
-    sport: u16,
-    dport: u16,
-}
-
-impl ConnKey {
-    fn reversed(self) -> Self {
-        Self {
-            src: self.dst,
-            dst: self.src,
-            sport: self.dport,
-            dport: self.sport,
-        }
+/// The flow key of the other direction of a connection.
+fn reversed(k: FlowKey) -> FlowKey {
+    FlowKey {
+        protocol: k.protocol,
+        src: k.dst,
+        dst: k.src,
+        src_port: k.dst_port,
+        dst_port: k.src_port,
     }
 }
 
@@ -69,7 +61,8 @@ struct Conn {
 
 /// A TCP segment's fields the clamp reads, with where its TCP header starts.
 struct Segment {
-    key: ConnKey,
+    /// The flow key of its direction, as `classify` makes it.
+    key: FlowKey,
     tcp: usize,
     flags: u8,
     seq: u32,
@@ -126,7 +119,8 @@ fn parse(p: &[u8], with_options: bool) -> Option<Segment> {
     let payload = (t.len() - header) as u32;
     let len = payload + u32::from(flags & SYN != 0) + u32::from(flags & FIN != 0);
     let mut ws = None;
-    if with_options {
+    // Only a SYN's window scale option is read.
+    if with_options && flags & SYN != 0 {
         let mut o = &t[20..header];
         while let Some(&kind) = o.first() {
             match kind {
@@ -146,11 +140,12 @@ fn parse(p: &[u8], with_options: bool) -> Option<Segment> {
         }
     }
     Some(Segment {
-        key: ConnKey {
+        key: FlowKey {
+            protocol: PROTO_TCP,
             src,
             dst,
-            sport: u16::from_be_bytes([t[0], t[1]]),
-            dport: u16::from_be_bytes([t[2], t[3]]),
+            src_port: u16::from_be_bytes([t[0], t[1]]),
+            dst_port: u16::from_be_bytes([t[2], t[3]]),
         },
         tcp,
         flags,
@@ -165,7 +160,7 @@ fn parse(p: &[u8], with_options: bool) -> Option<Segment> {
 /// The connections' state (module docs).
 #[derive(Debug, Default)]
 pub(crate) struct WindowClamp {
-    conns: HashMap<ConnKey, Conn, foldhash::fast::FixedState>,
+    conns: HashMap<FlowKey, Conn, foldhash::fast::FixedState>,
     /// Counts the packets seen, to tell which connection was used last.
     tick: u64,
     /// Segments whose window was lowered.
@@ -173,18 +168,13 @@ pub(crate) struct WindowClamp {
 }
 
 impl WindowClamp {
-    fn entry(&mut self, key: ConnKey) -> &mut Conn {
+    fn entry(&mut self, key: FlowKey) -> &mut Conn {
         self.tick += 1;
         let now = self.tick;
         if !self.conns.contains_key(&key) && self.conns.len() >= MAX_CONNECTIONS {
-            let oldest = self
-                .conns
-                .iter()
-                .min_by_key(|(_, c)| c.last)
-                .map(|(k, _)| *k);
-            if let Some(k) = oldest {
-                self.conns.remove(&k);
-            }
+            let mut used: Vec<u64> = self.conns.values().map(|c| c.last).collect();
+            let (_, &mut cutoff, _) = used.select_nth_unstable(MAX_CONNECTIONS / 2);
+            self.conns.retain(|_, c| c.last > cutoff);
         }
         match self.conns.entry(key) {
             Entry::Occupied(e) => {
@@ -247,7 +237,7 @@ impl WindowClamp {
         let Some(s) = parse(packet, true) else {
             return false;
         };
-        let key = s.key.reversed();
+        let key = reversed(s.key);
         if s.flags & RST != 0 {
             self.conns.remove(&key);
             return false;
@@ -317,16 +307,7 @@ impl WindowClamp {
     /// sender may have sent: the allowance, or more if a window told before (at a
     /// larger allowance) reaches further.
     pub(crate) fn set_allowance(&mut self, key: &FlowKey, bytes: u32) -> Option<u32> {
-        if key.protocol != PROTO_TCP {
-            return None;
-        }
-        let k = ConnKey {
-            src: key.src,
-            dst: key.dst,
-            sport: key.src_port,
-            dport: key.dst_port,
-        };
-        let c = self.conns.get_mut(&k)?;
+        let c = self.conns.get_mut(key)?;
         let sent = c.sent_edge?;
         if c.local_ws.is_none() || c.remote_ws.is_none() {
             return None;
@@ -515,6 +496,22 @@ mod tests {
         let mut ack = seg(false, ACK, 5001, 2401, 8192, &[], 0);
         assert!(c.on_remote(&mut ack));
         assert!(window(&ack) > 0);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_keeps_the_connections_used_last() {
+        let mut c = connected(&WS7, &WS7, 14_000, 20_000);
+        for i in 0..2 * MAX_CONNECTIONS as u32 {
+            let mut syn = seg(true, SYN, 1000, 0, 65535, &WS7, 0);
+            syn[12..16].copy_from_slice(&(0x0a01_0000 + i).to_be_bytes());
+            c.on_local(&syn);
+            if i % 64 == 0 {
+                // The first connection stays in use.
+                let mut ack = seg(false, ACK, 5001, 11_001, 8192, &[], 0);
+                assert!(c.on_remote(&mut ack), "forgotten after {i} others");
+            }
+            assert!(c.conns.len() <= MAX_CONNECTIONS);
+        }
     }
 
     proptest::proptest! {

@@ -762,16 +762,16 @@ impl Endpoint {
                 .filter(|l| l.state == LinkState::Up)
                 .filter_map(|l| l.cc.as_ref().map(|c| c.rate()))
                 .sum();
-            let bytes = (rate * self.queues.clamp_target_for(&info.key).as_secs_f64())
-                .clamp(CLAMP_MIN_ALLOWANCE, f64::from(u32::MAX >> 2))
-                as u32;
-            if let Some(may) = self.clamp.set_allowance(&info.key, bytes) {
+            let clamp = &mut self.clamp;
+            self.queues.clamp_flow(&info.key, |time| {
+                let bytes = (rate * time.as_secs_f64())
+                    .clamp(CLAMP_MIN_ALLOWANCE, f64::from(u32::MAX >> 2))
+                    as u32;
                 // As far as its sender may send (with its packets' headers, and two
                 // packets on their way), CoDel leaves the flow to its window.
-                let may = may as usize;
-                self.queues
-                    .set_allowance(&info.key, may + may / 16 + 2 * 1514);
-            }
+                let may = clamp.set_allowance(&info.key, bytes)? as usize;
+                Some(may + may / 16 + 2 * 1514)
+            });
         }
         Ok(())
     }

@@ -589,36 +589,36 @@ impl FlowQueues {
         slot
     }
 
-    /// How long the receive-window clamp lets the flow of `key` keep a backlog (4.1):
-    /// CoDel's target, and for an aggregate flow the links' delay spread too (what the
+    /// The receive-window clamp's hold on the flow of `key` (4.1): `allow` gets how long
+    /// the clamp lets the flow keep a backlog, and returns the backlog its sender may
+    /// have, if the clamp holds it; CoDel then leaves a queue within that alone. The time
+    /// is CoDel's target, and for an aggregate flow the links' delay spread too (what the
     /// slower links need to deliver before the faster one would have). Not the links'
     /// recent pause, which CoDel's target of an aggregate flow has: CoDel must not drop
     /// while the flow's acknowledgements stall behind a paused link, but a clamped
     /// sender is not dropped, and a backlog that long stands all the time, where
     /// CoDel's target is only the least the queue must keep to be dropped from.
-    pub(crate) fn clamp_target_for(&self, key: &FlowKey) -> Duration {
+    pub(crate) fn clamp_flow(
+        &mut self,
+        key: &FlowKey,
+        allow: impl FnOnce(Duration) -> Option<usize>,
+    ) {
         let tag = self.index.tag(key);
         let flows = &self.flows;
         let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == *key);
-        match self
-            .index
-            .get(tag, is_key)
-            .and_then(|slot| self.flows[slot].as_ref())
-        {
-            Some(f) if f.policy == PolicyKind::Aggregate => self.target + self.aggregate_spread,
-            _ => self.target,
+        let Some(slot) = self.index.get(tag, is_key) else {
+            return;
+        };
+        if self.overflow_slot == Some(slot) {
+            return;
         }
-    }
-
-    /// Sets the backlog the receive-window clamp holds the flow of `key` to (4.1).
-    pub(crate) fn set_allowance(&mut self, key: &FlowKey, bytes: usize) {
-        let tag = self.index.tag(key);
-        let flows = &self.flows;
-        let is_key = |slot: usize| flows[slot].as_ref().is_some_and(|f| f.key == *key);
-        if let Some(slot) = self.index.get(tag, is_key)
-            && self.overflow_slot != Some(slot)
-            && let Some(f) = self.flows[slot].as_mut()
-        {
+        let (target, spread) = (self.target, self.aggregate_spread);
+        let f = flow_mut(&mut self.flows, slot);
+        let time = match f.policy {
+            PolicyKind::Aggregate => target + spread,
+            _ => target,
+        };
+        if let Some(bytes) = allow(time) {
             f.allowance = bytes;
         }
     }
@@ -1137,7 +1137,7 @@ mod tests {
             for _ in 0..50 {
                 enq(&mut q, t, pkt(1, 0, 1400, 0));
             }
-            q.set_allowance(&key, allowance);
+            q.clamp_flow(&key, |_| Some(allowance));
             for _ in 0..100 {
                 t += Duration::from_millis(10);
                 enq(&mut q, t, pkt(1, 0, 1400, 0));
@@ -1145,8 +1145,8 @@ mod tests {
             }
             q.stats.aqm_dropped
         };
-        assert_eq!(run(80 * 1442), 0);
-        assert!(run(20 * 1442) > 0);
+        assert_eq!(run(80 * 1400), 0);
+        assert!(run(20 * 1400) > 0);
     }
 
     #[test]
@@ -1159,11 +1159,19 @@ mod tests {
         q.enqueue(t, &ka, PolicyKind::Aggregate, agg);
         q.enqueue(t, &ko, PolicyKind::MinRtt, other);
         let target = q.target;
+        let time = |q: &mut FlowQueues, key| {
+            let mut seen = None;
+            q.clamp_flow(key, |t| {
+                seen = Some(t);
+                None
+            });
+            seen
+        };
         assert_eq!(
-            q.clamp_target_for(&ka.key),
-            target + Duration::from_millis(25)
+            time(&mut q, &ka.key),
+            Some(target + Duration::from_millis(25))
         );
-        assert_eq!(q.clamp_target_for(&ko.key), target);
+        assert_eq!(time(&mut q, &ko.key), Some(target));
         // CoDel's target of the aggregate flow has both.
         let slot = (0..q.flows.len())
             .find(|&s| q.flows[s].as_ref().is_some_and(|f| f.key == ka.key))
