@@ -53,8 +53,9 @@ struct Conn {
     sent_edge: Option<u32>,
     /// The right edge of the window last passed to the local end.
     told_edge: Option<u32>,
-    /// The backlog the local end may keep above the binding point, bytes.
-    allowance: u32,
+    /// The backlog the local end may keep above the binding point, bytes (`None` until
+    /// the engine sets it: its windows pass as they are).
+    allowance: Option<u32>,
     /// When it was last used ([`WindowClamp::tick`]).
     last: u64,
 }
@@ -187,7 +188,7 @@ impl WindowClamp {
                 remote_ws: None,
                 sent_edge: None,
                 told_edge: None,
-                allowance: u32::MAX,
+                allowance: None,
                 last: now,
             }),
         }
@@ -267,7 +268,11 @@ impl WindowClamp {
             _ => 0,
         };
         let offered = s.ack.wrapping_add(u32::from(s.window) << shift);
-        let mut edge = sent.wrapping_add(c.allowance);
+        let Some(allowance) = c.allowance else {
+            c.told_edge = Some(offered);
+            return false;
+        };
+        let mut edge = sent.wrapping_add(allowance);
         if let Some(told) = c.told_edge
             && after(told, edge)
         {
@@ -302,17 +307,17 @@ impl WindowClamp {
 
 impl WindowClamp {
     /// Sets the backlog the local end's connection of this flow key may keep above the
-    /// binding point, if its windows are clamped (its handshake seen, a segment of it
-    /// bound to a link). Returns then how many bytes past what left the queue its
-    /// sender may have sent: the allowance, or more if a window told before (at a
-    /// larger allowance) reaches further.
+    /// binding point, if its windows can be clamped (its handshake seen, a segment of it
+    /// bound to a link). Returns then how many bytes past what left the queue its sender
+    /// may have sent: the allowance, or more if a window told before (at a larger
+    /// allowance, or before the first) reaches further.
     pub(crate) fn set_allowance(&mut self, key: &FlowKey, bytes: u32) -> Option<u32> {
         let c = self.conns.get_mut(key)?;
         let sent = c.sent_edge?;
         if c.local_ws.is_none() || c.remote_ws.is_none() {
             return None;
         }
-        c.allowance = bytes;
+        c.allowance = Some(bytes);
         let told = c
             .told_edge
             .filter(|&t| after(t, sent))
@@ -451,11 +456,39 @@ mod tests {
         let key = classify(&seg(true, ACK, 1001, 5001, 512, &[], 0))
             .unwrap()
             .key;
-        c.set_allowance(&key, 2_000);
+        // The sender may still have as much past what left the queue as it was told.
+        assert_eq!(c.set_allowance(&key, 2_000), Some(told - 15_001));
         let mut ack = seg(false, ACK, 5001, 12_001, 8192, &[], 0);
         assert!(c.on_remote(&mut ack));
         let edge = 12_001 + (u32::from(window(&ack)) << 7);
         // (A scaled window rounds up to its unit.)
+        assert!(edge >= told && edge < told + 128, "{edge} against {told}");
+    }
+
+    #[test]
+    fn windows_pass_until_the_first_allowance_and_are_held_from_them() {
+        let mut c = WindowClamp::default();
+        c.on_local(&seg(true, SYN, 1000, 0, 65535, &WS7, 0));
+        let mut synack = seg(false, SYN | ACK, 5000, 1001, 65535, &WS7, 0);
+        c.on_remote(&mut synack);
+        c.on_bound(&seg(true, ACK, 1001, 5001, 512, &[], 1400));
+        let mut ack = seg(false, ACK, 5001, 2401, 8192, &[], 0);
+        let before = ack.clone();
+        assert!(!c.on_remote(&mut ack));
+        assert_eq!(ack, before);
+        // Held from the first allowance on: the 1 MB the sender was told stays its edge
+        // (the window does not shrink), and the whole of it may be waiting.
+        let key = classify(&seg(true, ACK, 1001, 5001, 512, &[], 0))
+            .unwrap()
+            .key;
+        let told = 2401 + (8192 << 7);
+        assert_eq!(c.set_allowance(&key, 20_000), Some(told - 2401));
+        // A second segment leaves, and its acknowledgement offers 1 MB past it: it is
+        // held to the edge.
+        c.on_bound(&seg(true, ACK, 2401, 5001, 512, &[], 1400));
+        let mut ack = seg(false, ACK, 5001, 3801, 8192, &[], 0);
+        assert!(c.on_remote(&mut ack));
+        let edge = 3801 + (u32::from(window(&ack)) << 7);
         assert!(edge >= told && edge < told + 128, "{edge} against {told}");
     }
 

@@ -618,9 +618,7 @@ impl FlowQueues {
             PolicyKind::Aggregate => target + spread,
             _ => target,
         };
-        if let Some(bytes) = allow(time) {
-            f.allowance = bytes;
-        }
+        f.allowance = allow(time).unwrap_or(0);
     }
 
     /// Drops the head packet of the flow holding the most bytes.
