@@ -17,6 +17,7 @@ Needs the release build (cargo build --release -p latebind).
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,12 @@ def sim(scenario, sets):
     return json.loads(out.stdout)
 
 
+def each(delays, run):
+    """`run` at each delay, two at a time."""
+    with ThreadPoolExecutor(2) as ex:
+        return list(ex.map(run, delays))
+
+
 def trace_sets(link, name):
     return [
         f'links.{link}.trace_up="../../shared/traces/{name}.up"',
@@ -72,8 +79,7 @@ def single(extra):
                 p = f["probe"]["latency_ms"]
                 return 100 * f["bulk"]["goodput_mbps"] / cap, p["p50"], p["p95"], comp
 
-            with ThreadPoolExecutor(2) as ex:
-                r = list(ex.map(run, [15, 25, 35]))
+            r = each([15, 25, 35], run)
             mean = lambda i: sum(x[i] for x in r) / len(r)  # noqa: E731
             print(
                 f"{name:22s} {d:4s} {mean(0):5.1f} % [{' '.join('%.0f' % x[0] for x in r)}]"
@@ -91,8 +97,7 @@ def two(extra):
             f = {x["name"]: x for x in j["flows"]}
             return 100 * f["bulk"]["goodput_mbps"] / cap, f["probe"]["latency_ms"]["p95"]
 
-        with ThreadPoolExecutor(2) as ex:
-            r = list(ex.map(run, [15, 30, 45]))
+        r = each([15, 30, 45], run)
         print(
             f"{name:22s} of {cap:5.2f} Mb/s: {sum(x[0] for x in r) / 3:5.1f} %"
             f" [{' '.join('%.1f' % x[0] for x in r)}]  probe p95 {[round(x[1], 1) for x in r]}"
@@ -107,8 +112,7 @@ def three(extra):
             j = sim("aggregate-3.toml", trace_sets(2, name) + [f"links.2.delay_ms={delay}"] + extra)
             return 100 * j["flows"][0]["goodput_mbps"] / cap
 
-        with ThreadPoolExecutor(2) as ex:
-            r = list(ex.map(run, [10, 15, 20, 25, 30, 35, 40, 50]))
+        r = each([10, 15, 20, 25, 30, 35, 40, 50], run)
         print(
             f"{name:22s} of {cap:5.2f} Mb/s: {sum(r) / len(r):5.1f} % (least {min(r):5.1f})"
             f" [{' '.join('%.1f' % x for x in r)}]"
@@ -116,6 +120,7 @@ def three(extra):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
     if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three"):
         sys.exit(__doc__)
     extra = []
