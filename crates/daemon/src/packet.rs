@@ -3,6 +3,8 @@
 
 use std::net::Ipv4Addr;
 
+use latebind_proto::classify::checksum_adjust;
+
 /// Source and destination of an IPv4 packet.
 pub fn ipv4_addrs(p: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr)> {
     if p.len() < 20 || p[0] >> 4 != 4 {
@@ -11,13 +13,6 @@ pub fn ipv4_addrs(p: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr)> {
     let src = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
     let dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
     Some((src, dst))
-}
-
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
 }
 
 /// Lowers the MSS option of an IPv4 TCP SYN to at most `max_mss`, fixing the TCP
@@ -60,8 +55,7 @@ pub fn clamp_mss(p: &mut [u8], max_mss: u16) -> bool {
                     }
                     p[i + 2..i + 4].copy_from_slice(&max_mss.to_be_bytes());
                     let hc = u16::from_be_bytes([p[tcp + 16], p[tcp + 17]]);
-                    let sum = u32::from(!hc) + u32::from(!old) + u32::from(max_mss);
-                    let hc = !fold(sum);
+                    let hc = checksum_adjust(hc, old, max_mss);
                     p[tcp + 16..tcp + 18].copy_from_slice(&hc.to_be_bytes());
                     return true;
                 }
@@ -86,7 +80,10 @@ mod tests {
             };
             sum += u32::from(w);
         }
-        !fold(sum)
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
     }
 
     fn tcp_checksum_ok(p: &[u8]) -> bool {

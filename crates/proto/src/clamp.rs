@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use crate::classify::{FlowKey, PROTO_TCP};
+use crate::classify::{FlowKey, PROTO_TCP, checksum_adjust};
 
 /// Connections tracked at most; past it the half used longest ago is forgotten at once
 /// (a scan of the table per half of it, not per new connection).
@@ -232,9 +232,6 @@ impl WindowClamp {
     /// window is lowered to end at most the connection's allowance past what the local
     /// end's flow queue let go. Returns whether it was.
     pub(crate) fn on_remote(&mut self, packet: &mut [u8]) -> bool {
-        if packet.first().is_none_or(|v| v >> 4 != 4 && v >> 4 != 6) {
-            return false;
-        }
         let Some(s) = parse(packet, true) else {
             return false;
         };
@@ -290,22 +287,14 @@ impl WindowClamp {
         }
         c.told_edge = Some(s.ack.wrapping_add(u32::from(window) << shift));
         let at = s.tcp + 14;
-        let old = s.window;
         packet[at..at + 2].copy_from_slice(&window.to_be_bytes());
-        // RFC 1624 incremental update of the TCP checksum: HC' = ~(~HC + ~m + m').
         let ck = s.tcp + 16;
         let hc = u16::from_be_bytes([packet[ck], packet[ck + 1]]);
-        let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(window);
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        packet[ck..ck + 2].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        packet[ck..ck + 2].copy_from_slice(&checksum_adjust(hc, s.window, window).to_be_bytes());
         self.clamped += 1;
         true
     }
-}
 
-impl WindowClamp {
     /// Sets the backlog the local end's connection of this flow key may keep above the
     /// binding point, if its windows can be clamped (its handshake seen, a segment of it
     /// bound to a link). Returns then how many bytes past what left the queue its sender

@@ -164,6 +164,16 @@ fn classify_v6(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
     })
 }
 
+/// An Internet checksum (IPv4 header, TCP, UDP) after one of the 16-bit words it covers
+/// changed from `old` to `new`: RFC 1624's incremental update, `HC' = ~(~HC + ~m + m')`.
+pub fn checksum_adjust(checksum: u16, old: u16, new: u16) -> u16 {
+    let mut sum = u32::from(!checksum) + u32::from(!old) + u32::from(new);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
 /// Marks an ECN-capable packet Congestion Experienced, fixing the IPv4 header checksum.
 /// Returns false (and leaves the packet alone) when it is not ECN-capable.
 pub fn mark_ce(packet: &mut [u8]) -> bool {
@@ -182,14 +192,8 @@ pub fn mark_ce(packet: &mut [u8]) -> bool {
             let old = u16::from_be_bytes([packet[0], packet[1]]);
             packet[1] |= 0x03;
             let new = u16::from_be_bytes([packet[0], packet[1]]);
-            // RFC 1624 incremental update: HC' = ~(~HC + ~m + m').
             let hc = u16::from_be_bytes([packet[10], packet[11]]);
-            let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(new);
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            let hc = !(sum as u16);
-            packet[10..12].copy_from_slice(&hc.to_be_bytes());
+            packet[10..12].copy_from_slice(&checksum_adjust(hc, old, new).to_be_bytes());
             true
         }
         6 if packet.len() >= 40 => {
