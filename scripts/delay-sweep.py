@@ -13,7 +13,8 @@ with and without a setting.
   scripts/delay-sweep.py three [--set K=V ...]    aggregate-3.toml: 10 and 5 Mb/s beside the
       trace (upload), its delay 10-50 ms. Goodput in % of the links' sum (mean, least).
 
-Needs the release build (cargo build --release -p latebind).
+Needs the release build (cargo build --release -p latebind), or another binary named by
+LATEBIND_BIN (to compare two builds side by side).
 """
 import json
 import os
@@ -23,7 +24,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "latebind")
+BIN = os.environ.get("LATEBIND_BIN") or os.path.join(ROOT, "target", "release", "latebind")
 TRACES = os.path.join(ROOT, "..", "shared", "traces")
 NAMES = [
     "TMobile-LTE-short",

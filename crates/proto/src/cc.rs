@@ -213,6 +213,13 @@ pub(crate) struct Controller {
     owd_standing: MinMax,
     owd_max: MinMax,
     has_owd: bool,
+    /// The way back of the same packets: the RTT sample less the one-way delay (biased
+    /// as that), its minimum and its standing value. A queue or a pause on the way back
+    /// (the peer's traffic on a slow reverse direction, a cellular uplink's scheduler)
+    /// holds the acknowledgements, and the window must cover it or the link idles while
+    /// its own direction is empty.
+    rev_min: MinMax,
+    rev_standing: MinMax,
     /// The minimum and the standing value over full-size datagrams only (at least half
     /// the largest of [`MIN_RTT_WINDOW`]): a reading of the queue that the datagrams'
     /// own serialization does not inflate, for the search test (see `search_queue`).
@@ -331,6 +338,8 @@ impl Controller {
             owd_standing: MinMax::new(false),
             owd_max: MinMax::new(true),
             has_owd: false,
+            rev_min: MinMax::new(false),
+            rev_standing: MinMax::new(false),
             owd_min_full: MinMax::new(false),
             owd_standing_full: MinMax::new(false),
             largest: (0, now),
@@ -470,6 +479,16 @@ impl Controller {
         }
     }
 
+    /// How long the way back holds the acknowledgements beyond its minimum (standing, so
+    /// over half an RTT): zero without samples.
+    fn return_delay(&self) -> Duration {
+        if self.rev_standing.empty {
+            Duration::ZERO
+        } else {
+            self.rev_standing.get().saturating_sub(self.rev_min.get())
+        }
+    }
+
     /// Spread of the recent delays (max - min), one-way if measured.
     fn delay_spread(&self) -> Duration {
         if self.has_owd {
@@ -480,13 +499,29 @@ impl Controller {
     }
 
     /// A forward one-way delay sample, nanoseconds up to the clocks' offset (RX_TIME).
-    /// `size` is the sampled datagram's, bytes.
-    pub(crate) fn on_owd(&mut self, now: Instant, owd_ns: i128, srtt: Duration, size: usize) {
+    /// `size` is the sampled datagram's, bytes; `rtt` the RTT sample its acknowledgement
+    /// gave (without the peer's ack delay), if it gave one.
+    pub(crate) fn on_owd(
+        &mut self,
+        now: Instant,
+        owd_ns: i128,
+        srtt: Duration,
+        size: usize,
+        rtt: Option<Duration>,
+    ) {
         let biased = owd_ns + OWD_BIAS;
         let Ok(ns) = u64::try_from(biased) else {
             return;
         };
         let v = Duration::from_nanos(ns);
+        if let Some(back) = rtt
+            .and_then(|rtt| i128::try_from(rtt.as_nanos()).ok())
+            .and_then(|rtt| u64::try_from(rtt - owd_ns + OWD_BIAS).ok())
+        {
+            let back = Duration::from_nanos(back);
+            self.rev_min.update(now, MIN_RTT_WINDOW, back);
+            self.rev_standing.update(now, srtt / 2, back);
+        }
         self.owd_min
             .update_base(now, v, self.competitive && self.has_owd);
         self.owd_standing.update(now, srtt / 2, v);
@@ -803,7 +838,10 @@ impl Controller {
             // At the rate the link delivered while the window limited it: a dip of the
             // delivery rate while the flows above had less to send says nothing of the
             // link.
-            let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + hold);
+            // The acknowledgements' way back counts beyond its minimum as well: a window
+            // of the rate over the minimum RTT leaves the link idle while they wait there.
+            let back = self.return_delay().as_secs_f64();
+            let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + back + hold);
             if self.search_queue(now, srtt, best_packet_time).as_secs_f64() < hold / 2.0 {
                 self.short_since.get_or_insert(now);
             } else {
@@ -975,7 +1013,7 @@ mod tests {
             c.cwnd = 33_900.0;
             let start = c.cwnd;
             // One small datagram (a keepalive) sets the one-way minimum.
-            c.on_owd(t(0), 0, min_rtt, 100);
+            c.on_owd(t(0), 0, min_rtt, 100, None);
             let mut now = Duration::ZERO;
             while now < Duration::from_secs(1) {
                 now += Duration::from_micros(1200);
@@ -985,7 +1023,7 @@ mod tests {
                 let packet = MSS.min(c.cwnd / min_rtt.as_secs_f64() * 0.0012);
                 let rtt = min_rtt + serialization;
                 c.on_ack(at, packet as usize, Some(rtt), rtt, ms(0), c.cwnd() - 1000);
-                c.on_owd(at, serialization.as_nanos() as i128, rtt, 1500);
+                c.on_owd(at, serialization.as_nanos() as i128, rtt, 1500, None);
             }
             c.cwnd / start
         };
@@ -1010,7 +1048,7 @@ mod tests {
             let mut c = Controller::new(Instant::ZERO, min_rtt, ms(20));
             c.cwnd = 48_000.0;
             c.round_cwnd = 48_000.0;
-            c.on_owd(t(0), 0, min_rtt, 1500);
+            c.on_owd(t(0), 0, min_rtt, 1500, None);
             // 3.8 Mb/s delivered with no queue, then with 15 ms of it.
             let q = ms(15);
             let mut i = 0;
@@ -1019,7 +1057,7 @@ mod tests {
                 let queue = if i > 160 { q } else { ms(0) };
                 let at = Instant::ZERO + Duration::from_micros(1250 * i);
                 let in_flight = if limits { c.cwnd() - 1000 } else { 20_000 };
-                c.on_owd(at, queue.as_nanos() as i128, min_rtt, 1500);
+                c.on_owd(at, queue.as_nanos() as i128, min_rtt, 1500, None);
                 c.on_ack(at, 594, Some(min_rtt + queue), min_rtt, ms(0), in_flight);
             }
             assert!(!c.startup, "startup did not end");
@@ -1195,6 +1233,111 @@ mod tests {
         assert!(got > 0.85 * rate, "rate {got} of {rate}");
         // A few packets: 1.2 ms each at 10 Mb/s.
         assert!(max < 0.012, "queueing delay up to {max} s");
+    }
+
+    /// A fixed bottleneck of `rate` bytes/s, 20 ms each way, whose acknowledgements are
+    /// held `back` longer on the way back from `from` seconds on (a slow, loaded reverse
+    /// direction: the peer's own traffic there, or a cellular uplink's scheduler). With
+    /// `paired`, each one-way delay sample goes with its packet's RTT sample, as the
+    /// link gives them (RX_TIME). Returns the rate acknowledged over the last two of
+    /// `secs` seconds and the longest forward queueing delay then.
+    fn run_with_return_delay(
+        rate_at: &dyn Fn(f64) -> f64,
+        back: Duration,
+        from: f64,
+        secs: f64,
+        paired: bool,
+    ) -> (f64, f64) {
+        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
+        let (one_way, step) = (ms(20), Duration::from_micros(500));
+        let dt = step.as_secs_f64();
+        let t = |i: Instant| i.as_duration().as_secs_f64();
+        let mut now = Instant::ZERO;
+        let mut queue: VecDeque<(Instant, f64)> = VecDeque::new();
+        let mut queued = 0.0_f64;
+        // (arrives, bytes, RTT sample, forward one-way delay)
+        let mut acks: VecDeque<(Instant, f64, Duration, Duration)> = VecDeque::new();
+        let (mut flight, mut srtt) = (0.0_f64, ms(40));
+        let (mut got, mut max_queue) = (0.0, 0.0_f64);
+        while t(now) < secs {
+            let allowed = (c.cwnd() as f64 - flight)
+                .min(c.pacing_rate() * dt)
+                .max(0.0);
+            if allowed > 0.0 {
+                queue.push_back((now, allowed));
+                queued += allowed;
+                flight += allowed;
+            }
+            let extra = if t(now) >= from { back } else { Duration::ZERO };
+            let rate = rate_at(t(now));
+            let mut budget = rate * dt;
+            while budget > 0.0 {
+                let Some(front) = queue.front_mut() else {
+                    break;
+                };
+                let out = front.1.min(budget);
+                front.1 -= out;
+                budget -= out;
+                queued -= out;
+                let forward = one_way + (now - front.0);
+                let at = now + one_way * 2 + extra;
+                acks.push_back((at, out, forward + one_way + extra, forward));
+                if front.1 <= 0.0 {
+                    queue.pop_front();
+                }
+            }
+            while let Some(&(at, bytes, rtt, forward)) = acks.front() {
+                if at > now {
+                    break;
+                }
+                acks.pop_front();
+                flight -= bytes;
+                srtt = (srtt * 7 + rtt) / 8;
+                c.on_ack(
+                    now,
+                    bytes as usize,
+                    Some(rtt),
+                    srtt,
+                    Duration::ZERO,
+                    flight.max(0.0) as usize,
+                );
+                // The clocks' offset: any, the same for every sample.
+                let owd = forward.as_nanos() as i128 - 7_000_000_000;
+                c.on_owd(now, owd, srtt, 1500, paired.then_some(rtt));
+                if t(now) > secs - 2.0 {
+                    got += bytes / 2.0;
+                }
+            }
+            if t(now) > secs - 2.0 {
+                max_queue = max_queue.max(queued / rate);
+            }
+            now += step;
+        }
+        (got, max_queue)
+    }
+
+    /// Acknowledgements held on the way back (for less than the minimum RTT's window,
+    /// so the minimum does not take them in) are no queue of this link's: its window
+    /// covers them and the link stays full, with its own queue still short. Without the
+    /// way back measured (the one-way delay alone), the window fits the minimum RTT and
+    /// the link idles for most of each round trip.
+    #[test]
+    fn a_window_covers_acknowledgements_held_on_the_way_back() {
+        let rate = 10e6 / 8.0;
+        for back in [ms(50), ms(150), ms(400)] {
+            let (got, queue) = run_with_return_delay(&|_| rate, back, 3.0, 9.0, true);
+            assert!(got > 0.95 * rate, "{back:?} back: rate {got:.0} of {rate}");
+            // At most `max_queue` (20 ms) and a packet.
+            assert!(
+                queue < 0.022,
+                "{back:?} back: queueing delay up to {queue} s"
+            );
+            let (unpaired, _) = run_with_return_delay(&|_| rate, back, 3.0, 9.0, false);
+            assert!(
+                unpaired < got - 0.05 * rate,
+                "{back:?} back, the one-way delay alone: rate {unpaired:.0}, paired {got:.0}"
+            );
+        }
     }
 
     /// A link whose delivery pauses for longer than ten minimum RTTs (a cellular

@@ -750,9 +750,10 @@ pub(crate) struct Link {
     /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
     expired_probes: VecDeque<u64>,
     probe_expiry_scale: u32,
-    /// The packet number and send time of the packet whose acknowledgement gave the
-    /// latest RTT sample: an RX_TIME frame about it gives its one-way delay.
-    last_sampled: Option<(u64, Instant, usize)>,
+    /// The packet number, send time and size of the packet whose acknowledgement gave
+    /// the latest RTT sample, and the sample rate control took from it (the peer's ack
+    /// delay taken out): an RX_TIME frame about it gives its one-way delay.
+    last_sampled: Option<(u64, Instant, usize, Option<Duration>)>,
     /// Packets sent before this time went over the link's previous path
     /// ([`Link::reset_path`]): their acknowledgements give no RTT sample.
     path_since: Instant,
@@ -1224,14 +1225,14 @@ impl Link {
     /// The peer received packet `pn` at `received_us` on its clock (RX_TIME): a one-way
     /// delay sample, up to the clocks' offset, for rate control.
     pub(crate) fn on_rx_time(&mut self, now: Instant, pn: u64, received_us: u64) {
-        let (Some((sampled, sent, size)), Some(c)) = (self.last_sampled, &mut self.cc) else {
+        let (Some((sampled, sent, size, rtt)), Some(c)) = (self.last_sampled, &mut self.cc) else {
             return;
         };
         if sampled != pn {
             return;
         }
         let owd = i128::from(received_us) * 1000 - i128::from(sent.as_nanos());
-        c.on_owd(now, owd, self.rtt.srtt, size);
+        c.on_owd(now, owd, self.rtt.srtt, size, rtt);
     }
 
     /// Datagrams below the binding point.
@@ -1303,7 +1304,7 @@ impl Link {
                 }
                 if pn == largest && p.time >= self.path_since {
                     rtt_sample = Some(now - p.time);
-                    self.last_sampled = Some((pn, p.time, p.size));
+                    self.last_sampled = Some((pn, p.time, p.size, None));
                 }
                 if let Some(d) = p.data {
                     if let crate::compact::TxForm::Template {
@@ -1370,6 +1371,13 @@ impl Link {
                     s
                 }
             });
+            // The same sample goes with the packet's one-way delay (RX_TIME), if the
+            // peer reports it: what is left is the acknowledgement's way back.
+            if rtt_sample.is_some()
+                && let Some(last) = &mut self.last_sampled
+            {
+                last.3 = sample;
+            }
             c.on_ack(
                 now,
                 acked_bytes,
