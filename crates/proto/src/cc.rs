@@ -1073,18 +1073,22 @@ mod tests {
     /// A fluid model of one bottleneck of `rate` bytes/s (from `change.0` seconds on,
     /// `change.1`) and base RTT `base`, with the controller as its only sender: returns
     /// the queueing delays seen in the last two seconds and the rate acknowledged then.
-    /// The fluid models' acknowledgements: those due by `now` (arrival, bytes, RTT
-    /// sample) leave flight and reach the controller, with `srtt` smoothed as a link's
-    /// would be. Returns the bytes acknowledged.
+    /// The fluid models' acknowledgements: those due by `now` leave flight and reach the
+    /// controller, with `srtt` smoothed as a link's would be. Returns the bytes
+    /// acknowledged.
+    /// A fluid model's acknowledgement: arrival, bytes, RTT sample, and the forward
+    /// one-way delay with whether the RTT sample goes with it (RX_TIME), if fed.
+    type Ack = (Instant, f64, Duration, Option<(Duration, bool)>);
+
     fn deliver_acks(
         c: &mut Controller,
-        acks: &mut VecDeque<(Instant, f64, Duration)>,
+        acks: &mut VecDeque<Ack>,
         now: Instant,
         flight: &mut f64,
         srtt: &mut Duration,
     ) -> f64 {
         let mut acked = 0.0;
-        while let Some(&(at, bytes, rtt)) = acks.front() {
+        while let Some(&(at, bytes, rtt, owd)) = acks.front() {
             if at > now {
                 break;
             }
@@ -1099,6 +1103,11 @@ mod tests {
                 Duration::ZERO,
                 flight.max(0.0) as usize,
             );
+            if let Some((forward, paired)) = owd {
+                // The clocks' offset: any, the same for every sample.
+                let owd = forward.as_nanos() as i128 - 7_000_000_000;
+                c.on_owd(now, owd, *srtt, 1500, paired.then_some(rtt));
+            }
             acked += bytes;
         }
         acked
@@ -1124,7 +1133,7 @@ mod tests {
             Some((at, r)) if x >= at => r,
             _ => rate,
         };
-        let m = run_model(&rate_at, base, secs, take, offered);
+        let m = run_model(&rate_at, base, secs, take, offered, None);
         (m.delays, m.got)
     }
 
@@ -1137,12 +1146,18 @@ mod tests {
     }
 
     /// [`run_with`] over a bottleneck that drains `rate_at(t)` bytes/s at `t` seconds.
+    /// With `back` (`from`, `extra`, `paired`): the forward one-way delays are fed too
+    /// (half of `base` plus the queue), and from `from` seconds on the acknowledgements
+    /// are held `extra` longer on the way back (a slow, loaded reverse direction); with
+    /// `paired`, each one-way delay goes with its packet's RTT sample, as a link gives
+    /// them (RX_TIME).
     fn run_model(
         rate_at: &dyn Fn(f64) -> f64,
         base: Duration,
         secs: f64,
         take: Option<(f64, f64)>,
         offered: Option<f64>,
+        back: Option<(f64, Duration, bool)>,
     ) -> Model {
         let mut credit = 0.0_f64;
         let mut competed = false;
@@ -1159,7 +1174,7 @@ mod tests {
         let mut queue: VecDeque<(Instant, f64)> = VecDeque::new();
         let mut queued = 0.0_f64;
         // Acknowledgements on their way back: (arrives, bytes, rtt sample).
-        let mut acks: VecDeque<(Instant, f64, Duration)> = VecDeque::new();
+        let mut acks: VecDeque<Ack> = VecDeque::new();
         let mut flight = 0.0_f64;
         let mut delays = Vec::new();
         let mut srtt = base;
@@ -1202,7 +1217,12 @@ mod tests {
                 front.1 -= out;
                 budget -= out;
                 queued -= out;
-                acks.push_back((now + base, out, base + (now - front.0)));
+                let extra = match back {
+                    Some((from, extra, _)) if t(now) >= from => extra,
+                    _ => Duration::ZERO,
+                };
+                let owd = back.map(|(_, _, paired)| (base / 2 + (now - front.0), paired));
+                acks.push_back((now + base + extra, out, base + (now - front.0) + extra, owd));
                 if front.1 <= 0.0 {
                     queue.pop_front();
                 }
@@ -1235,87 +1255,6 @@ mod tests {
         assert!(max < 0.012, "queueing delay up to {max} s");
     }
 
-    /// A fixed bottleneck of `rate` bytes/s, 20 ms each way, whose acknowledgements are
-    /// held `back` longer on the way back from `from` seconds on (a slow, loaded reverse
-    /// direction: the peer's own traffic there, or a cellular uplink's scheduler). With
-    /// `paired`, each one-way delay sample goes with its packet's RTT sample, as the
-    /// link gives them (RX_TIME). Returns the rate acknowledged over the last two of
-    /// `secs` seconds and the longest forward queueing delay then.
-    fn run_with_return_delay(
-        rate_at: &dyn Fn(f64) -> f64,
-        back: Duration,
-        from: f64,
-        secs: f64,
-        paired: bool,
-    ) -> (f64, f64) {
-        let mut c = Controller::new(Instant::ZERO, ms(100), ms(20));
-        let (one_way, step) = (ms(20), Duration::from_micros(500));
-        let dt = step.as_secs_f64();
-        let t = |i: Instant| i.as_duration().as_secs_f64();
-        let mut now = Instant::ZERO;
-        let mut queue: VecDeque<(Instant, f64)> = VecDeque::new();
-        let mut queued = 0.0_f64;
-        // (arrives, bytes, RTT sample, forward one-way delay)
-        let mut acks: VecDeque<(Instant, f64, Duration, Duration)> = VecDeque::new();
-        let (mut flight, mut srtt) = (0.0_f64, ms(40));
-        let (mut got, mut max_queue) = (0.0, 0.0_f64);
-        while t(now) < secs {
-            let allowed = (c.cwnd() as f64 - flight)
-                .min(c.pacing_rate() * dt)
-                .max(0.0);
-            if allowed > 0.0 {
-                queue.push_back((now, allowed));
-                queued += allowed;
-                flight += allowed;
-            }
-            let extra = if t(now) >= from { back } else { Duration::ZERO };
-            let rate = rate_at(t(now));
-            let mut budget = rate * dt;
-            while budget > 0.0 {
-                let Some(front) = queue.front_mut() else {
-                    break;
-                };
-                let out = front.1.min(budget);
-                front.1 -= out;
-                budget -= out;
-                queued -= out;
-                let forward = one_way + (now - front.0);
-                let at = now + one_way * 2 + extra;
-                acks.push_back((at, out, forward + one_way + extra, forward));
-                if front.1 <= 0.0 {
-                    queue.pop_front();
-                }
-            }
-            while let Some(&(at, bytes, rtt, forward)) = acks.front() {
-                if at > now {
-                    break;
-                }
-                acks.pop_front();
-                flight -= bytes;
-                srtt = (srtt * 7 + rtt) / 8;
-                c.on_ack(
-                    now,
-                    bytes as usize,
-                    Some(rtt),
-                    srtt,
-                    Duration::ZERO,
-                    flight.max(0.0) as usize,
-                );
-                // The clocks' offset: any, the same for every sample.
-                let owd = forward.as_nanos() as i128 - 7_000_000_000;
-                c.on_owd(now, owd, srtt, 1500, paired.then_some(rtt));
-                if t(now) > secs - 2.0 {
-                    got += bytes / 2.0;
-                }
-            }
-            if t(now) > secs - 2.0 {
-                max_queue = max_queue.max(queued / rate);
-            }
-            now += step;
-        }
-        (got, max_queue)
-    }
-
     /// Acknowledgements held on the way back (for less than the minimum RTT's window,
     /// so the minimum does not take them in) are no queue of this link's: its window
     /// covers them and the link stays full, with its own queue still short. Without the
@@ -1325,14 +1264,19 @@ mod tests {
     fn a_window_covers_acknowledgements_held_on_the_way_back() {
         let rate = 10e6 / 8.0;
         for back in [ms(50), ms(150), ms(400)] {
-            let (got, queue) = run_with_return_delay(&|_| rate, back, 3.0, 9.0, true);
+            let paired = run_model(&|_| rate, ms(40), 9.0, None, None, Some((3.0, back, true)));
+            let (got, queue) = (
+                paired.got,
+                paired.delays.iter().copied().fold(0.0, f64::max),
+            );
             assert!(got > 0.95 * rate, "{back:?} back: rate {got:.0} of {rate}");
             // At most `max_queue` (20 ms) and a packet.
             assert!(
                 queue < 0.022,
                 "{back:?} back: queueing delay up to {queue} s"
             );
-            let (unpaired, _) = run_with_return_delay(&|_| rate, back, 3.0, 9.0, false);
+            let unpaired =
+                run_model(&|_| rate, ms(40), 9.0, None, None, Some((3.0, back, false))).got;
             assert!(
                 unpaired < got - 0.05 * rate,
                 "{back:?} back, the one-way delay alone: rate {unpaired:.0}, paired {got:.0}"
@@ -1358,7 +1302,7 @@ mod tests {
                     rate
                 }
             };
-            let m = run_model(&rate_at, ms(base_ms), 20.0, None, None);
+            let m = run_model(&rate_at, ms(base_ms), 20.0, None, None, None);
             let what = format!("{mbps} Mb/s, {base_ms} ms, pauses of {pause} s");
             assert!(!m.competed, "{what}: competed");
             // Between pauses the queue stays short. The last 2 s (18-20 s) come after the
@@ -1591,7 +1535,7 @@ mod tests {
         let mut queue: VecDeque<(Instant, f64, bool)> = VecDeque::new();
         let mut queued = 0.0_f64;
         let limit = fifo * rate;
-        let mut acks: VecDeque<(Instant, f64, Duration)> = VecDeque::new();
+        let mut acks: VecDeque<Ack> = VecDeque::new();
         let (mut flight, mut srtt) = (0.0_f64, base);
         let (mut competitive_at, mut ours, mut all) = (None, 0.0, 0.0);
         while t(now) < secs {
@@ -1635,7 +1579,7 @@ mod tests {
                     all += out;
                 }
                 if front.2 {
-                    acks.push_back((now + base, out, base + (now - front.0)));
+                    acks.push_back((now + base, out, base + (now - front.0), None));
                     if t(now) >= secs / 2.0 {
                         ours += out;
                     }

@@ -722,6 +722,18 @@ impl PathMtu {
     }
 }
 
+/// The packet whose acknowledgement gave a link's latest RTT sample.
+#[derive(Clone, Copy, Debug)]
+struct Sampled {
+    pn: u64,
+    /// When it was sent, and its size in bytes.
+    sent: Instant,
+    size: usize,
+    /// The RTT sample rate control took from it (the peer's ack delay taken out), if
+    /// it took one: with the packet's one-way delay it gives the way back.
+    rtt: Option<Duration>,
+}
+
 /// One link's full state.
 #[derive(Debug)]
 pub(crate) struct Link {
@@ -750,10 +762,9 @@ pub(crate) struct Link {
     /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
     expired_probes: VecDeque<u64>,
     probe_expiry_scale: u32,
-    /// The packet number, send time and size of the packet whose acknowledgement gave
-    /// the latest RTT sample, and the sample rate control took from it (the peer's ack
-    /// delay taken out): an RX_TIME frame about it gives its one-way delay.
-    last_sampled: Option<(u64, Instant, usize, Option<Duration>)>,
+    /// The packet whose acknowledgement gave the latest RTT sample: an RX_TIME frame
+    /// about it gives its one-way delay.
+    last_sampled: Option<Sampled>,
     /// Packets sent before this time went over the link's previous path
     /// ([`Link::reset_path`]): their acknowledgements give no RTT sample.
     path_since: Instant,
@@ -1225,14 +1236,14 @@ impl Link {
     /// The peer received packet `pn` at `received_us` on its clock (RX_TIME): a one-way
     /// delay sample, up to the clocks' offset, for rate control.
     pub(crate) fn on_rx_time(&mut self, now: Instant, pn: u64, received_us: u64) {
-        let (Some((sampled, sent, size, rtt)), Some(c)) = (self.last_sampled, &mut self.cc) else {
+        let (Some(sampled), Some(c)) = (self.last_sampled, &mut self.cc) else {
             return;
         };
-        if sampled != pn {
+        if sampled.pn != pn {
             return;
         }
-        let owd = i128::from(received_us) * 1000 - i128::from(sent.as_nanos());
-        c.on_owd(now, owd, self.rtt.srtt, size, rtt);
+        let owd = i128::from(received_us) * 1000 - i128::from(sampled.sent.as_nanos());
+        c.on_owd(now, owd, self.rtt.srtt, sampled.size, sampled.rtt);
     }
 
     /// Datagrams below the binding point.
@@ -1304,7 +1315,12 @@ impl Link {
                 }
                 if pn == largest && p.time >= self.path_since {
                     rtt_sample = Some(now - p.time);
-                    self.last_sampled = Some((pn, p.time, p.size, None));
+                    self.last_sampled = Some(Sampled {
+                        pn,
+                        sent: p.time,
+                        size: p.size,
+                        rtt: None,
+                    });
                 }
                 if let Some(d) = p.data {
                     if let crate::compact::TxForm::Template {
@@ -1376,7 +1392,7 @@ impl Link {
             if rtt_sample.is_some()
                 && let Some(last) = &mut self.last_sampled
             {
-                last.3 = sample;
+                last.rtt = sample;
             }
             c.on_ack(
                 now,
