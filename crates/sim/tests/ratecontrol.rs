@@ -6,11 +6,25 @@ mod common;
 
 use common::{flow, link, scenario, trace_capacity, with};
 
-use latebind_sim::{Mode, run};
+use latebind_sim::{Mode, Report, Scenario, run};
 
 /// One-way delay of the path (20 ms) plus a 100-byte probe's serialization at 10 Mb/s
 /// and its framing: the probe's latency on the idle path.
 const IDLE_MS: f64 = 20.2;
+
+/// `s` in late mode with the trace `t` (`../shared/traces/t.up` and `.down`) as its
+/// link 0, `delay` ms one way, and `sets` on top.
+fn run_on_trace(s: &Scenario, t: &str, delay: &str, sets: &[&str]) -> Report {
+    let down = format!("links.0.trace_down=\"../../shared/traces/{t}.down\"");
+    let up = format!("links.0.trace_up=\"../../shared/traces/{t}.up\"");
+    let d = format!("links.0.delay_ms={delay}");
+    let mut all = vec![down.as_str(), up.as_str(), d.as_str()];
+    all.extend_from_slice(sets);
+    run(&with(s, &all), Mode::Late).unwrap()
+}
+
+/// The flows of `bufferbloat-trace.toml` turned into uploads.
+const UP: [&str; 2] = ["flows.0.direction=\"up\"", "flows.1.direction=\"up\""];
 
 #[test]
 fn probe_stays_near_idle_beside_a_saturating_download() {
@@ -33,8 +47,7 @@ fn probe_stays_near_idle_beside_a_saturating_download() {
     // The queue in the network's FIFO, as the packets that crossed it met it (the report's
     // `network_delay_ms`, server -> client): a few packets under rate control, the whole
     // FIFO on the plain path. The uplink carries the acknowledgements, unqueued.
-    let down =
-        |r: &latebind_sim::Report| link(r, "path").network_delay_ms.clone().expect("simulator");
+    let down = |r: &Report| link(r, "path").network_delay_ms.clone().expect("simulator");
     let [up, late] = down(&r);
     assert!(late.p99 <= IDLE_MS + 10.0 && late.p50 >= 20.0, "{late:?}");
     assert!(up.max <= 20.5, "{up:?}");
@@ -164,8 +177,6 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         "TMobile-UMTS-driving",
         "Verizon-LTE-short",
     ] {
-        let down = format!("links.0.trace_down=\"../../shared/traces/{t}.down\"");
-        let up = format!("links.0.trace_up=\"../../shared/traces/{t}.up\"");
         let capacity = trace_capacity(&format!("{t}.up"), 30.0);
         // Means over seven path delays: a single run swings with the delay (which of the
         // trace's bursts and pauses the flows meet), TMobile-UMTS's p95 over 0.5-1.6 s
@@ -174,15 +185,7 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         let delays = ["14", "17", "20", "23", "26", "29", "32"];
         let (mut share, mut p95) = (0.0, 0.0);
         for delay in delays {
-            let d = format!("links.0.delay_ms={delay}");
-            let sets = [
-                down.as_str(),
-                up.as_str(),
-                d.as_str(),
-                "flows.0.direction=\"up\"",
-                "flows.1.direction=\"up\"",
-            ];
-            let r = run(&with(&s, &sets), Mode::Late).unwrap();
+            let r = run_on_trace(&s, t, delay, &UP);
             let (bulk, probe) = (flow(&r, "bulk"), flow(&r, "probe"));
             share += bulk.goodput_mbps * 1e6 / 8.0 / capacity / delays.len() as f64;
             p95 += probe.latency_ms.p95 / delays.len() as f64;
@@ -217,19 +220,8 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
 #[test]
 fn an_upload_whose_acknowledgements_wait_on_the_way_back_keeps_its_probe_near_idle() {
     let s = scenario("bufferbloat-trace.toml");
-    let t = "Verizon-EVDO-driving";
-    let down = format!("links.0.trace_down=\"../../shared/traces/{t}.down\"");
-    let up = format!("links.0.trace_up=\"../../shared/traces/{t}.up\"");
     for delay in ["15", "25"] {
-        let d = format!("links.0.delay_ms={delay}");
-        let sets = [
-            down.as_str(),
-            up.as_str(),
-            d.as_str(),
-            "flows.0.direction=\"up\"",
-            "flows.1.direction=\"up\"",
-        ];
-        let r = run(&with(&s, &sets), Mode::Late).unwrap();
+        let r = run_on_trace(&s, "Verizon-EVDO-driving", delay, &UP);
         let probe = flow(&r, "probe");
         // Idle (the bulk flow started at 29.99 s): p50 30 ms, p95 96 ms. Measured: p50
         // 31 and 41 ms, p95 126 and 128 ms.
@@ -327,14 +319,10 @@ fn a_link_with_pauses_of_seconds_does_not_drag_a_download_below_the_fixed_link_a
 fn the_window_clamp_slows_a_download_without_a_drop() {
     let s = scenario("bufferbloat-trace.toml");
     let t = "TMobile-LTE-short";
-    let down = format!("links.0.trace_down=\"../../shared/traces/{t}.down\"");
-    let up = format!("links.0.trace_up=\"../../shared/traces/{t}.up\"");
     let capacity = trace_capacity(&format!("{t}.down"), 30.0);
     let (mut on, mut off) = (0.0, 0.0);
     for delay in ["15", "25", "35"] {
-        let d = format!("links.0.delay_ms={delay}");
-        let sets = [down.as_str(), up.as_str(), d.as_str()];
-        let r = run(&with(&s, &sets), Mode::Late).unwrap();
+        let r = run_on_trace(&s, t, delay, &[]);
         let e = r.engine.as_ref().expect("late mode");
         assert_eq!(e.window_clamped, 0);
         assert!(
@@ -342,13 +330,7 @@ fn the_window_clamp_slows_a_download_without_a_drop() {
             "{delay} ms: CoDel drops without the clamp"
         );
         off += flow(&r, "bulk").goodput_mbps * 1e6 / 8.0 / capacity / 3.0;
-        let clamp = [
-            down.as_str(),
-            up.as_str(),
-            d.as_str(),
-            "late.tcp_window_clamp=true",
-        ];
-        let r = run(&with(&s, &clamp), Mode::Late).unwrap();
+        let r = run_on_trace(&s, t, delay, &["late.tcp_window_clamp=true"]);
         let e = r.engine.as_ref().expect("late mode");
         let bulk = flow(&r, "bulk");
         assert!(e.window_clamped > 1000, "{delay} ms: {e:?}");
