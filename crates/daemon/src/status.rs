@@ -58,6 +58,10 @@ pub struct LinkStatus {
     /// Rate control: queueing delay at the link's bottleneck, ms.
     #[serde(default)]
     pub queue_delay_ms: f64,
+    /// Rate control: how long the acknowledgements wait on the way back beyond its
+    /// minimum, ms (the window covers it).
+    #[serde(default)]
+    pub return_delay_ms: f64,
     /// Rate control: competing traffic keeps the bottleneck full, and the link competes
     /// for its share instead of keeping the queue short.
     #[serde(default)]
@@ -374,6 +378,7 @@ impl SessionStatus {
                     cc_rate_mbps: mbps(v.cc_rate),
                     cwnd_bytes: v.cwnd,
                     queue_delay_ms: ms(v.queue_delay),
+                    return_delay_ms: ms(v.return_delay),
                     competitive: v.competitive,
                     below_binding: v.below_binding,
                     datagrams_sent: ls.datagrams_sent,
@@ -507,7 +512,7 @@ impl Status {
             );
             let _ = writeln!(
                 s,
-                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>5} {:>9} {:>9} {:>6} {:>6}",
+                "  {:<10} {:>3} {:<8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>6} {:>5} {:>9} {:>9} {:>6} {:>6}",
                 "link",
                 "id",
                 "state",
@@ -517,6 +522,7 @@ impl Status {
                 "dlv Mb/s",
                 "rate Mb/s",
                 "queue ms",
+                "back ms",
                 "inflt",
                 "below",
                 "sent",
@@ -527,7 +533,7 @@ impl Status {
             for l in &ses.links {
                 let _ = writeln!(
                     s,
-                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>6} {:>5} {:>9} {:>9} {:>6} {:>6.2}",
+                    "  {:<10} {:>3} {:<8} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>7.2} {:>6} {:>5} {:>9} {:>9} {:>6} {:>6.2}",
                     l.name,
                     l.id,
                     if l.competitive {
@@ -541,6 +547,7 @@ impl Status {
                     l.delivery_rate_mbps,
                     l.cc_rate_mbps,
                     l.queue_delay_ms,
+                    l.return_delay_ms,
                     l.in_flight,
                     l.below_binding,
                     l.datagrams_sent,
@@ -751,6 +758,11 @@ impl Status {
                     s,
                     "latebind_link_queue_delay_ms{{{lp}}} {}",
                     l.queue_delay_ms
+                );
+                let _ = writeln!(
+                    s,
+                    "latebind_link_return_delay_ms{{{lp}}} {}",
+                    l.return_delay_ms
                 );
                 let _ = writeln!(
                     s,

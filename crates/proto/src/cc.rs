@@ -481,7 +481,7 @@ impl Controller {
 
     /// How long the way back holds the acknowledgements beyond its minimum (standing, so
     /// over half an RTT): zero without samples.
-    fn return_delay(&self) -> Duration {
+    pub(crate) fn return_delay(&self) -> Duration {
         if self.rev_standing.empty {
             Duration::ZERO
         } else {

@@ -562,8 +562,13 @@ pub struct LinkView {
     pub cwnd: usize,
     /// Rate control: the rate the window allows, bytes per second (0: off).
     pub cc_rate: f64,
-    /// Rate control: queueing delay at the link's bottleneck (RTTstanding - RTTmin).
+    /// Rate control: queueing delay at the link's bottleneck (the forward one-way
+    /// delay's standing value over its minimum; without one-way samples, RTTstanding -
+    /// RTTmin).
     pub queue_delay: Duration,
+    /// Rate control: how long the acknowledgements wait on the way back beyond its
+    /// minimum (what the window covers besides the minimum RTT and its target queue).
+    pub return_delay: Duration,
     /// Rate control: competing traffic keeps the bottleneck's queue full, and the
     /// controller competes for its share instead of keeping the queue short.
     pub competitive: bool,
@@ -930,6 +935,10 @@ impl Link {
                 .cc
                 .as_ref()
                 .map_or(Duration::ZERO, Controller::queue_delay),
+            return_delay: self
+                .cc
+                .as_ref()
+                .map_or(Duration::ZERO, Controller::return_delay),
             competitive: self.cc.as_ref().is_some_and(Controller::competitive),
             bytes_in_flight: self.bytes_in_flight,
             loss_rate: self.loss_rate_at(now),

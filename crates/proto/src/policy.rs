@@ -704,6 +704,7 @@ mod tests {
             cwnd: 0,
             cc_rate: 0.0,
             queue_delay: Duration::ZERO,
+            return_delay: Duration::ZERO,
             competitive: false,
             bytes_in_flight: 0,
             loss_rate: 0.0,

@@ -110,6 +110,9 @@ pub struct CcReport {
     pub mean_queue_ms: f64,
     /// Largest queueing delay sampled, ms.
     pub max_queue_ms: f64,
+    /// Mean time the acknowledgements waited on the way back beyond its minimum, ms
+    /// (the window covers it).
+    pub mean_return_ms: f64,
     /// Share of the samples in competitive mode, percent.
     pub competitive_pct: f64,
 }
@@ -325,6 +328,7 @@ impl Report {
                                 mean_rate_mbps: round3(c.rate_sum / n * 8e-6),
                                 mean_queue_ms: round3(c.queue_sum / n * 1e3),
                                 max_queue_ms: round3(c.queue_max * 1e3),
+                                mean_return_ms: round3(c.return_sum / n * 1e3),
                                 competitive_pct: round3(c.competitive as f64 / n * 100.0),
                             }
                         })

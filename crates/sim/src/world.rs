@@ -132,6 +132,8 @@ pub struct CcTally {
     pub queue_sum: f64,
     /// Largest queueing delay sampled, seconds.
     pub queue_max: f64,
+    /// Sum of the acknowledgements' way back beyond its minimum, seconds.
+    pub return_sum: f64,
     /// Samples in competitive mode.
     pub competitive: u64,
 }
@@ -567,7 +569,7 @@ impl World {
                             eprintln!(
                                 "{:.3} {n} link {} {:?} cwnd {} rate {:.2} Mb/s queue {:?} \
                                  competitive {} in flight {} srtt {:?} min {:?} tx {:.2} Mb/s \
-                                 below {} loss {:.3}",
+                                 below {} loss {:.3} back {:?}",
                                 t.as_secs_f64(),
                                 v.id.0,
                                 v.state,
@@ -580,7 +582,8 @@ impl World {
                                 v.min_rtt,
                                 v.tx_rate * 8e-6,
                                 v.below_binding,
-                                v.loss_rate
+                                v.loss_rate,
+                                v.return_delay
                             );
                         }
                     }
@@ -682,6 +685,7 @@ impl World {
                 c.rate_sum += v.cc_rate;
                 c.queue_sum += q;
                 c.queue_max = c.queue_max.max(q);
+                c.return_sum += v.return_delay.as_secs_f64();
                 c.competitive += u64::from(v.competitive);
             }
         }

@@ -228,6 +228,17 @@ fn an_upload_whose_acknowledgements_wait_on_the_way_back_keeps_its_probe_near_id
         assert_eq!(probe.lost, 0, "{delay} ms: {probe:?}");
         assert!(probe.latency_ms.p50 < 80.0, "{delay} ms: {probe:?}");
         assert!(probe.latency_ms.p95 < 300.0, "{delay} ms: {probe:?}");
+        // What the window covers, as the report shows it (the client's view of its
+        // link): the way back holds the acknowledgements 1.2-1.3 s on average, its own
+        // direction's queue 4-5 ms.
+        let [up, _] = link(&r, "cell")
+            .rate_control
+            .clone()
+            .expect("rate control on");
+        assert!(
+            up.mean_return_ms > 500.0 && up.mean_queue_ms < 50.0,
+            "{delay} ms: {up:?}"
+        );
     }
 }
 
