@@ -1070,16 +1070,13 @@ mod tests {
         assert!(sending_less < 25_000.0, "{sending_less:.0}");
     }
 
-    /// A fluid model of one bottleneck of `rate` bytes/s (from `change.0` seconds on,
-    /// `change.1`) and base RTT `base`, with the controller as its only sender: returns
-    /// the queueing delays seen in the last two seconds and the rate acknowledged then.
-    /// The fluid models' acknowledgements: those due by `now` leave flight and reach the
-    /// controller, with `srtt` smoothed as a link's would be. Returns the bytes
-    /// acknowledged.
     /// A fluid model's acknowledgement: arrival, bytes, RTT sample, and the forward
     /// one-way delay with whether the RTT sample goes with it (RX_TIME), if fed.
     type Ack = (Instant, f64, Duration, Option<(Duration, bool)>);
 
+    /// The fluid models' acknowledgements: those due by `now` leave flight and reach the
+    /// controller (with their one-way delays, if fed), with `srtt` smoothed as a link's
+    /// would be. Returns the bytes acknowledged.
     fn deliver_acks(
         c: &mut Controller,
         acks: &mut VecDeque<Ack>,
@@ -1113,6 +1110,9 @@ mod tests {
         acked
     }
 
+    /// A fluid model of one bottleneck of `rate` bytes/s (from `change.0` seconds on,
+    /// `change.1`) and base RTT `base`, with the controller as its only sender: returns
+    /// the queueing delays seen in the last two seconds and the rate acknowledged then.
     fn run(rate: f64, base: Duration, secs: f64, change: Option<(f64, f64)>) -> (Vec<f64>, f64) {
         run_with(rate, base, secs, change, None, None)
     }
@@ -1173,7 +1173,7 @@ mod tests {
         // Chunks waiting at the bottleneck: (entered, bytes).
         let mut queue: VecDeque<(Instant, f64)> = VecDeque::new();
         let mut queued = 0.0_f64;
-        // Acknowledgements on their way back: (arrives, bytes, rtt sample).
+        // Acknowledgements on their way back (`Ack`).
         let mut acks: VecDeque<Ack> = VecDeque::new();
         let mut flight = 0.0_f64;
         let mut delays = Vec::new();

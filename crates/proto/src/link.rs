@@ -731,8 +731,9 @@ impl PathMtu {
 #[derive(Clone, Copy, Debug)]
 struct Sampled {
     pn: u64,
-    /// When it was sent, and its size in bytes.
+    /// When it was sent.
     sent: Instant,
+    /// Its size, bytes.
     size: usize,
     /// The RTT sample rate control took from it (the peer's ack delay taken out), if
     /// it took one: with the packet's one-way delay it gives the way back.
