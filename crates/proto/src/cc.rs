@@ -98,7 +98,7 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// Shortest window over which the delivery rate is measured.
 const RATE_WINDOW_MIN: Duration = Duration::from_millis(10);
 /// How long the longest gap between acknowledgements counts.
-const GAP_WINDOW: Duration = Duration::from_secs(2);
+pub(crate) const GAP_WINDOW: Duration = Duration::from_secs(2);
 /// Added to one-way delay samples (nanoseconds) so that they fit a `Duration` whatever the
 /// offset between the two ends' clocks (up to 73 years either way).
 const OWD_BIAS: i128 = 1 << 61;
@@ -117,7 +117,7 @@ const DRAIN_AT_CAPACITY_SHARE: f64 = 0.8;
 
 /// A windowed minimum or maximum over time (three-sample estimator).
 #[derive(Clone, Copy, Debug)]
-struct MinMax {
+pub(crate) struct MinMax {
     /// Best, second best and third best samples of the window, newest last.
     s: [(Instant, Duration); 3],
     max: bool,
@@ -125,7 +125,7 @@ struct MinMax {
 }
 
 impl MinMax {
-    fn new(max: bool) -> Self {
+    pub(crate) fn new(max: bool) -> Self {
         Self {
             s: [(Instant::ZERO, Duration::ZERO); 3],
             max,
@@ -148,7 +148,7 @@ impl MinMax {
 
     /// The extreme, if a sample came within the last `window` (the estimator ages only
     /// as samples come).
-    fn recent(&self, now: Instant, window: Duration) -> Option<Duration> {
+    pub(crate) fn recent(&self, now: Instant, window: Duration) -> Option<Duration> {
         (!self.empty && now - self.s[2].0 <= window).then(|| self.get())
     }
 
@@ -165,7 +165,7 @@ impl MinMax {
     }
 
     /// Adds a sample; keeps the extreme of the last `window`.
-    fn update(&mut self, now: Instant, window: Duration, v: Duration) {
+    pub(crate) fn update(&mut self, now: Instant, window: Duration, v: Duration) {
         if self.empty || self.better(v, self.s[0].1) || now - self.s[2].0 > window {
             self.reset(now, v);
             return;
@@ -409,6 +409,20 @@ impl Controller {
     /// What this link carried lately, bytes per second: its delivery rate.
     pub(crate) fn carried_rate(&self) -> f64 {
         self.rate
+    }
+
+    /// Tests: the window limited the link at `rate` bytes per second at `now`.
+    #[cfg(test)]
+    pub(crate) fn limited_at(&mut self, now: Instant, rate: f64) {
+        self.capacity_packet_time
+            .update(now, MIN_RTT_WINDOW, Duration::from_secs_f64(MSS / rate));
+    }
+
+    /// The bottleneck's capacity, bytes per second, if the window has ever limited the
+    /// link on this path: the highest smoothed delivery rate of the last
+    /// [`MIN_RTT_WINDOW`] in which it did.
+    pub(crate) fn known_capacity(&self) -> Option<f64> {
+        (!self.capacity_packet_time.empty).then(|| packet_rate(self.capacity_packet_time.get()))
     }
 
     /// Another link failed and its load moves here: `rate` (bytes per second) of new

@@ -366,6 +366,9 @@ pub struct Endpoint {
     /// enough to pass one (`LinkView::has_room_small`): a timer, since no acknowledgement
     /// may come to wake the engine.
     small_wake: Option<Instant>,
+    /// Last time an aggregate flow's packet waited while a link had room: the policy
+    /// left that link out by its estimate (see `probe_interval`).
+    aggregate_left_out: Option<Instant>,
     /// "Packet too big" answers for the TUN side ([`Self::poll_deliver`]).
     local_out: VecDeque<Vec<u8>>,
     too_big_budget: TooBigBudget,
@@ -433,6 +436,7 @@ impl Endpoint {
             fit_views: Vec::new(),
             small_views: Vec::new(),
             small_wake: None,
+            aggregate_left_out: None,
             local_out: VecDeque::new(),
             too_big_budget: TooBigBudget {
                 tokens: TooBigBudget::BURST,
@@ -1298,13 +1302,25 @@ impl Endpoint {
 
     /// How long a link may go without an ack-eliciting datagram before it gets a PING:
     /// the keepalive interval when up, the suspect timeout with exponential backoff (up
-    /// to one keepalive interval) when suspect.
+    /// to one keepalive interval) when suspect. An up link judged by a stale smoothed RTT
+    /// ([`Link::rtt_stale`]) is probed every smoothed RTT instead while an aggregate flow
+    /// waited with a link free since its last probe: the policy then judges it by its
+    /// samples of the last two seconds, and a link it leaves out is sampled by nothing
+    /// else.
     fn probe_interval(&self, i: usize) -> Duration {
         let l = &self.links[i];
         match l.state {
             LinkState::Suspect => {
                 let base = l.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min);
                 (base * (1 << l.probe_backoff.min(10))).min(self.config.keepalive_interval)
+            }
+            LinkState::Up
+                if l.rtt_stale(l.last_eliciting_sent)
+                    && self
+                        .aggregate_left_out
+                        .is_some_and(|t| t >= l.last_eliciting_sent) =>
+            {
+                l.rtt.srtt.min(self.config.keepalive_interval)
             }
             _ => self.config.keepalive_interval,
         }
@@ -1856,6 +1872,7 @@ impl Endpoint {
         let mut fit_views = std::mem::take(&mut self.fit_views);
         let mut small_views = std::mem::take(&mut self.small_views);
         let mut small_wake: Option<Instant> = None;
+        let mut left_out = false;
         // `small`: the head of a small flow (`FlowQueues::dequeue_small_with`), which
         // may go past a link's full window: the policy sees such a link as ready when
         // its pacer is.
@@ -1888,6 +1905,12 @@ impl Endpoint {
                 PolicyKind::Aggregate => aggregate.bind(now, &meta, offered),
                 PolicyKind::Overflow => overflow.bind(now, &meta, offered),
             };
+            if flow.policy == PolicyKind::Aggregate
+                && binding == Binding::Wait
+                && offered.iter().any(|v| v.has_room(now))
+            {
+                left_out = true;
+            }
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => Decision::Take((i, flow.policy, false)),
@@ -1917,6 +1940,9 @@ impl Endpoint {
         self.views = views;
         self.fit_views = fit_views;
         self.small_views = small_views;
+        if left_out {
+            self.aggregate_left_out = Some(now);
+        }
         let (queued, flow, flow_seq, (li, kind, past_window)) = taken?;
         if past_window {
             self.stats.small_past_window += 1;
@@ -2381,6 +2407,39 @@ mod tests {
         told(&mut ep, 100);
         assert_eq!(seen(&ep), 576 - 28 - 16);
         assert_eq!(ep.tunnel_mtu(), Some(576 - 28 - 16 - wire::DATA_OVERHEAD));
+    }
+
+    /// A link a flow used, its smoothed RTT still 200 ms from the queue the flow made,
+    /// its keepalives now back in 60 ms: once an aggregate flow has waited with it free,
+    /// it is probed every smoothed RTT, not every second, so that its estimate follows
+    /// the path (`Aggregate` judges it by these samples). Not a link no flow has used,
+    /// nor one whose samples show no such lag.
+    #[test]
+    fn a_link_left_out_by_a_stale_rtt_is_probed_every_rtt() {
+        let at = |v: u64| Instant::ZERO + ms(v);
+        let mut ep = Endpoint::new(Config::new(Role::Client), Instant::ZERO).unwrap();
+        assert!(ep.add_link(Instant::ZERO, LinkId(0), LinkConfig::default()));
+        let l = &mut ep.links[0];
+        for k in 0..16 {
+            l.rtt.update(at(17_000 + 10 * k), ms(200), Duration::ZERO);
+        }
+        l.rtt.update(at(19_500), ms(60), Duration::ZERO);
+        l.last_eliciting_sent = at(19_600);
+        let keepalive = ep.config.keepalive_interval;
+        assert_eq!(ep.probe_interval(0), keepalive, "no flow left it out");
+        ep.aggregate_left_out = Some(at(19_900));
+        assert_eq!(ep.probe_interval(0), keepalive, "no flow has used it");
+        let srtt = ep.links[0].rtt.srtt;
+        ep.links[0]
+            .cc
+            .as_mut()
+            .expect("rate control")
+            .limited_at(at(5_000), 900_000.0);
+        assert_eq!(ep.probe_interval(0), srtt);
+        assert!(srtt > ms(150) && srtt < keepalive, "{srtt:?}");
+        // A sample of the last two seconds as long as the estimate: no lag to follow.
+        ep.links[0].rtt.update(at(19_550), ms(250), Duration::ZERO);
+        assert_eq!(ep.probe_interval(0), keepalive);
     }
 
     #[test]

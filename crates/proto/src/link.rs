@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use core::ops::RangeInclusive;
 use core::time::Duration;
 
-use crate::cc::Controller;
+use crate::cc::{Controller, GAP_WINDOW, MinMax};
 use crate::config::LinkConfig;
 use crate::config::ReinjectTimer;
 use crate::ids::{FlowId, LinkId};
@@ -41,6 +41,8 @@ pub(crate) struct Rtt {
     pub(crate) rttvar: Duration,
     pub(crate) min: Duration,
     pub(crate) latest: Duration,
+    /// The largest sample (the peer's ack delay taken out) of the last [`GAP_WINDOW`].
+    recent_max: MinMax,
     pub(crate) has_sample: bool,
 }
 
@@ -51,17 +53,24 @@ impl Rtt {
             rttvar: initial / 2,
             min: initial,
             latest: initial,
+            recent_max: MinMax::new(true),
             has_sample: false,
         }
     }
 
-    pub(crate) fn update(&mut self, sample: Duration, ack_delay: Duration) {
+    /// The largest sample of the last [`GAP_WINDOW`] before `now`, if one came.
+    pub(crate) fn recent_max(&self, now: Instant) -> Option<Duration> {
+        self.recent_max.recent(now, GAP_WINDOW)
+    }
+
+    pub(crate) fn update(&mut self, now: Instant, sample: Duration, ack_delay: Duration) {
         self.latest = sample;
         if !self.has_sample {
             self.has_sample = true;
             self.min = sample;
             self.srtt = sample;
             self.rttvar = sample / 2;
+            self.recent_max.update(now, GAP_WINDOW, sample);
             return;
         }
         self.min = self.min.min(sample);
@@ -71,6 +80,7 @@ impl Rtt {
         } else {
             sample
         };
+        self.recent_max.update(now, GAP_WINDOW, adjusted);
         let diff = self.srtt.abs_diff(adjusted);
         self.rttvar = (self.rttvar * 3 + diff) / 4;
         self.srtt = (self.srtt * 7 + adjusted) / 8;
@@ -538,6 +548,8 @@ pub struct LinkView {
     pub rttvar: Duration,
     /// Minimum RTT seen.
     pub min_rtt: Duration,
+    /// The largest RTT sample of the last two seconds (`srtt` if none came).
+    pub recent_max_rtt: Duration,
     /// Whether the RTT figures come from samples.
     pub rtt_measured: bool,
     /// Packets handed to the driver and not yet departed.
@@ -572,6 +584,9 @@ pub struct LinkView {
     /// Rate control: competing traffic keeps the bottleneck's queue full, and the
     /// controller competes for its share instead of keeping the queue short.
     pub competitive: bool,
+    /// Rate control: the bottleneck's capacity, bytes per second, if the window has ever
+    /// limited the link on its path (0 otherwise): a flow used it, and its rate is known.
+    pub capacity: f64,
     /// Bytes of ack-eliciting packets in flight.
     pub bytes_in_flight: usize,
     /// Share of the packets the link loses while it works (0 to 1), averaged over about
@@ -921,6 +936,7 @@ impl Link {
             srtt: self.rtt.srtt,
             rttvar: self.rtt.rttvar,
             min_rtt: self.rtt.min,
+            recent_max_rtt: self.rtt.recent_max(now).unwrap_or(self.rtt.srtt),
             rtt_measured: self.rtt.has_sample,
             below_binding: self.below.len(),
             budget,
@@ -941,6 +957,11 @@ impl Link {
                 .as_ref()
                 .map_or(Duration::ZERO, Controller::return_delay),
             competitive: self.cc.as_ref().is_some_and(Controller::competitive),
+            capacity: self
+                .cc
+                .as_ref()
+                .and_then(Controller::known_capacity)
+                .unwrap_or(0.0),
             bytes_in_flight: self.bytes_in_flight,
             loss_rate: self.loss_rate_at(now),
             max_datagram: self.max_datagram().unwrap_or(usize::MAX),
@@ -1118,6 +1139,19 @@ impl Link {
         self.path_since = now;
         self.reset_rate_control(now, initial_rtt);
         self.pmtu_restart();
+    }
+
+    /// Whether this link, with nothing in flight, is judged by a stale smoothed RTT: a
+    /// flow has used it (its capacity is known, [`LinkView::capacity`]) and its smoothed
+    /// RTT is above every sample of the two seconds before `at`. See
+    /// `Endpoint::probe_interval` and `policy.rs` (`Aggregate::arrival_ns`).
+    pub(crate) fn rtt_stale(&self, at: Instant) -> bool {
+        self.in_flight == 0
+            && self
+                .cc
+                .as_ref()
+                .is_some_and(|c| c.known_capacity().is_some())
+            && self.rtt.recent_max(at).is_some_and(|m| m < self.rtt.srtt)
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.
@@ -1384,7 +1418,7 @@ impl Link {
         if let Some(sample) = rtt_sample
             && any_eliciting
         {
-            self.rtt.update(sample, ack_delay);
+            self.rtt.update(now, sample, ack_delay);
         }
         if let Some(c) = &mut self.cc
             && acked_bytes > 0
@@ -1674,12 +1708,15 @@ mod tests {
     #[test]
     fn first_sample_sets_srtt_and_min() {
         let mut r = Rtt::new(Duration::from_millis(100));
-        r.update(Duration::from_millis(40), Duration::ZERO);
+        r.update(t(0), Duration::from_millis(40), Duration::ZERO);
         assert_eq!(r.srtt, Duration::from_millis(40));
         assert_eq!(r.rttvar, Duration::from_millis(20));
-        r.update(Duration::from_millis(48), Duration::ZERO);
+        r.update(t(10), Duration::from_millis(48), Duration::ZERO);
         assert_eq!(r.srtt, Duration::from_millis(41));
         assert_eq!(r.min, Duration::from_millis(40));
+        // The largest sample of the last two seconds, and none once they are over.
+        assert_eq!(r.recent_max(t(20)), Some(Duration::from_millis(48)));
+        assert_eq!(r.recent_max(t(3000)), None);
     }
 
     #[test]

@@ -181,17 +181,23 @@ impl MinRtt {
     /// acknowledgement-based delivery rate is not used: measured over probes alone it is
     /// application-limited and would make an idle link look seconds slow.
     pub fn expected_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
-        Self::delivery_at_rate_ns(now, len, link, link.tx_rate)
+        Self::delivery_at_rate_ns(now, len, link, link.tx_rate, link.srtt)
     }
 
     /// [`Self::expected_delivery_ns`] with the interface sending at `rate` bytes per
-    /// second (0: no serialization counted).
+    /// second (0: no serialization counted) and the path's RTT taken as `rtt`.
     #[inline]
-    fn delivery_at_rate_ns(now: Instant, len: usize, link: &LinkView, rate: f64) -> u64 {
+    fn delivery_at_rate_ns(
+        now: Instant,
+        len: usize,
+        link: &LinkView,
+        rate: f64,
+        rtt: Duration,
+    ) -> u64 {
         let pacer_wait_ns = link.pacer_next.as_nanos().saturating_sub(now.as_nanos());
         // Plain float arithmetic: this runs for every link on every packet.
         // `as_nanos` is a u128; converting that to f64 is a slow libcall.
-        let half_rtt = link.srtt.as_secs_f64() * 0.5e9;
+        let half_rtt = rtt.as_secs_f64() * 0.5e9;
         if rate <= 0.0 && pacer_wait_ns == 0 {
             // The common case of an unpaced link whose interface never backed up: the
             // general formula below adds only zeros to `half_rtt`.
@@ -372,13 +378,27 @@ impl Aggregate {
     /// opportunity: the Verizon LTE uplink read as 0.03 Mb/s), so the link was never
     /// chosen and never measured again. The RTT, from the same padded probes and from
     /// data, holds that wait already.
+    ///
+    /// A link with nothing in flight that a flow has used (rate control knows its
+    /// capacity) is judged by the largest RTT sample of the last two seconds instead, if
+    /// that is below its smoothed RTT, plus the packet's time at that capacity. The
+    /// smoothed RTT holds the queue the link's own traffic made before it stopped, which
+    /// has drained since, and moves an eighth of the way per sample, one keepalive a
+    /// second on a link no flow uses: a sender that paces at the rate it measures (BBR)
+    /// keeps too short a backlog to spill onto a link judged 70 ms slower than it is, and
+    /// never measures that link's rate again (`docs/RESULTS.md` 8.1). A link no flow
+    /// has used keeps its smoothed RTT: a path that pauses for seconds answers some
+    /// keepalives at once, and the packets spilled onto it would wait out its pauses.
     fn arrival_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
-        let rate = if link.below_binding == 0 {
-            0.0
-        } else {
-            link.tx_rate
-        };
-        MinRtt::delivery_at_rate_ns(now, len, link, rate)
+        if link.below_binding > 0 {
+            return MinRtt::delivery_at_rate_ns(now, len, link, link.tx_rate, link.srtt);
+        }
+        if link.in_flight == 0 && link.capacity > 0.0 && link.recent_max_rtt < link.srtt {
+            let own = len as f64 * 1e9 / link.capacity;
+            return MinRtt::delivery_at_rate_ns(now, len, link, 0.0, link.recent_max_rtt)
+                .saturating_add(own as u64);
+        }
+        MinRtt::delivery_at_rate_ns(now, len, link, 0.0, link.srtt)
     }
 }
 
@@ -692,6 +712,7 @@ mod tests {
             srtt: Duration::from_millis(srtt_ms),
             rttvar: Duration::ZERO,
             min_rtt: Duration::from_millis(srtt_ms),
+            recent_max_rtt: Duration::from_millis(srtt_ms),
             rtt_measured: true,
             below_binding: below,
             budget: 2,
@@ -706,6 +727,7 @@ mod tests {
             queue_delay: Duration::ZERO,
             return_delay: Duration::ZERO,
             competitive: false,
+            capacity: 0.0,
             bytes_in_flight: 0,
             loss_rate: 0.0,
             max_datagram: usize::MAX,
@@ -957,6 +979,44 @@ mod tests {
         lte.below_binding = 1;
         assert_eq!(
             Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
+            Binding::Wait
+        );
+    }
+
+    /// A link the flow used until a moment ago, its smoothed RTT still 200 ms from the
+    /// queue its traffic made then (its keepalives have since come back in 60 ms):
+    /// judged by its recent samples and its known capacity, it takes a backlog the best
+    /// link would need 64 ms to drain, as it did before. A link no flow has used, one
+    /// with packets in flight (whose samples will refresh the smoothed RTT), and one
+    /// whose recent samples include a pause are still judged by the smoothed RTT.
+    #[test]
+    fn aggregate_judges_a_link_it_used_by_its_recent_samples() {
+        let best = view(0, 20, 2);
+        let mut lte = view(1, 200, 0);
+        lte.min_rtt = Duration::from_millis(50);
+        lte.recent_max_rtt = Duration::from_millis(60);
+        lte.capacity = 900_000.0; // 7.2 Mbit/s
+        let backlog = meta_backlog(40_000);
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &backlog, &[best, lte]),
+            Binding::Link(LinkId(1))
+        );
+        let mut unknown = lte;
+        unknown.capacity = 0.0;
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &backlog, &[best, unknown]),
+            Binding::Wait
+        );
+        let mut in_flight = lte;
+        in_flight.in_flight = 1;
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &backlog, &[best, in_flight]),
+            Binding::Wait
+        );
+        let mut paused = lte;
+        paused.recent_max_rtt = Duration::from_millis(400);
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &backlog, &[best, paused]),
             Binding::Wait
         );
     }
