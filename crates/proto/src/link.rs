@@ -597,7 +597,34 @@ pub struct LinkView {
     pub max_datagram: usize,
 }
 
+/// The RTT an idle link is judged by instead of a stale smoothed RTT, if it is: with
+/// nothing in flight, a flow has used it (rate control knows its `capacity`, bytes per
+/// second) and its smoothed RTT `srtt` is above every sample of the last two seconds
+/// (`recent_max`, the largest of them). The one rule both the aggregate policy's judgement
+/// ([`LinkView::recent_rtt`]) and the probing that keeps the samples coming
+/// (`Link::rtt_stale`) follow.
+fn recent_rtt(
+    in_flight: usize,
+    capacity: f64,
+    recent_max: Option<Duration>,
+    srtt: Duration,
+) -> Option<Duration> {
+    recent_max.filter(|&m| in_flight == 0 && capacity > 0.0 && m < srtt)
+}
+
 impl LinkView {
+    /// The largest RTT sample of the last two seconds, if this link is judged by it
+    /// instead of its smoothed RTT (see `recent_rtt` in `link.rs`): idle, used by a flow
+    /// before, its smoothed RTT stale.
+    pub fn recent_rtt(&self) -> Option<Duration> {
+        recent_rtt(
+            self.in_flight,
+            self.capacity,
+            Some(self.recent_max_rtt),
+            self.srtt,
+        )
+    }
+
     /// Whether the binding point may hand this link another packet now.
     #[inline]
     pub fn has_room(&self, now: Instant) -> bool {
@@ -1141,17 +1168,17 @@ impl Link {
         self.pmtu_restart();
     }
 
-    /// Whether this link, with nothing in flight, is judged by a stale smoothed RTT: a
-    /// flow has used it (its capacity is known, [`LinkView::capacity`]) and its smoothed
-    /// RTT is above every sample of the two seconds before `at`. See
-    /// `Endpoint::probe_interval` and `policy.rs` (`Aggregate::arrival_ns`).
+    /// Whether this link is judged by its recent samples rather than a stale smoothed RTT
+    /// at `at` ([`recent_rtt`]). See `Endpoint::probe_interval`.
     pub(crate) fn rtt_stale(&self, at: Instant) -> bool {
-        self.in_flight == 0
-            && self
-                .cc
-                .as_ref()
-                .is_some_and(|c| c.known_capacity().is_some())
-            && self.rtt.recent_max(at).is_some_and(|m| m < self.rtt.srtt)
+        let capacity = self.cc.as_ref().and_then(Controller::known_capacity);
+        recent_rtt(
+            self.in_flight,
+            capacity.unwrap_or(0.0),
+            self.rtt.recent_max(at),
+            self.rtt.srtt,
+        )
+        .is_some()
     }
 
     /// Probe timeout: how long without an acknowledgement before the link is suspected.

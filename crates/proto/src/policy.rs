@@ -393,9 +393,9 @@ impl Aggregate {
         if link.below_binding > 0 {
             return MinRtt::delivery_at_rate_ns(now, len, link, link.tx_rate, link.srtt);
         }
-        if link.in_flight == 0 && link.capacity > 0.0 && link.recent_max_rtt < link.srtt {
+        if let Some(rtt) = link.recent_rtt() {
             let own = len as f64 * 1e9 / link.capacity;
-            return MinRtt::delivery_at_rate_ns(now, len, link, 0.0, link.recent_max_rtt)
+            return MinRtt::delivery_at_rate_ns(now, len, link, 0.0, rtt)
                 .saturating_add(own as u64);
         }
         MinRtt::delivery_at_rate_ns(now, len, link, 0.0, link.srtt)
