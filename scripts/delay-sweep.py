@@ -13,6 +13,11 @@ with and without a setting.
   scripts/delay-sweep.py three [--set K=V ...]    aggregate-3.toml: 10 and 5 Mb/s beside the
       trace (upload), its delay 10-50 ms. Goodput in % of the links' sum (mean, least).
 
+  scripts/delay-sweep.py rates [--set K=V ...]    bufferbloat.toml (the issue's fixed-rate
+      setup) at 0.5-100 Mb/s: latebind's and the plain path's goodput in % of the link,
+      the probe's p50 and p99 over idle (the same run without the download) in ms and in
+      packet times (one 1500-byte packet at the link's rate).
+
 Needs the release build (cargo build --release -p latebind), or another binary named by
 LATEBIND_BIN (to compare two builds side by side).
 """
@@ -42,8 +47,8 @@ def capacity(path, secs=30):
     return n * 1500 * 8 / secs / 1e6
 
 
-def sim(scenario, sets):
-    args = [BIN, "sim", os.path.join("scenarios", scenario), "--mode", "late", "--json"]
+def sim(scenario, sets, mode="late"):
+    args = [BIN, "sim", os.path.join("scenarios", scenario), "--mode", mode, "--json"]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True)
@@ -120,9 +125,35 @@ def three(extra):
         )
 
 
+def rates(extra):
+    for rate in [0.5, 1, 2, 5, 10, 20, 50, 100]:
+
+        def run(mode_stop):
+            mode, stop = mode_stop
+            sets = [f"links.0.rate_mbps={rate}"] + (["flows.0.stop_s=0.0"] if stop else [])
+            j = sim("bufferbloat.toml", sets + extra, mode)
+            return {x["name"]: x for x in j["flows"]}
+
+        late, plain, idle = each([("late", False), ("early", False), ("late", True)], run)
+        packet_ms = 1500 * 8 / (rate * 1e3)
+        base = idle["probe"]["latency_ms"]
+
+        def over(f, q):
+            return f["probe"]["latency_ms"][q] - base[q]
+
+        print(
+            f"{rate:5g} Mb/s  latebind {100 * late['bulk']['goodput_mbps'] / rate:5.1f} %"
+            f"  p50 +{over(late, 'p50'):6.1f}  p99 +{over(late, 'p99'):6.1f} ms"
+            f" ({over(late, 'p99') / packet_ms:4.1f} packets)"
+            f"   plain path {100 * plain['bulk']['goodput_mbps'] / rate:5.1f} %"
+            f"  p50 +{over(plain, 'p50'):7.0f}  p99 +{over(plain, 'p99'):7.0f} ms"
+            f"   idle p99 {base['p99']:5.1f} ms"
+        )
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
-    if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three", "rates"):
         sys.exit(__doc__)
     extra = []
     rest = sys.argv[2:]
@@ -131,7 +162,7 @@ def main():
             sys.exit(f"delay-sweep: expected --set KEY=VALUE, got {rest[0]!r}")
         extra.append(rest[1])
         rest = rest[2:]
-    {"single": single, "two": two, "three": three}[sys.argv[1]](extra)
+    {"single": single, "two": two, "three": three, "rates": rates}[sys.argv[1]](extra)
 
 
 if __name__ == "__main__":

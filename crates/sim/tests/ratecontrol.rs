@@ -98,6 +98,38 @@ fn upload_through_a_hidden_bottleneck_on_another_path() {
     assert!(goodput >= 0.80 * 25.0, "{goodput} Mb/s");
 }
 
+/// The setup at other rates (`scripts/delay-sweep.py rates`, docs/RESULTS.md
+/// 10.1): the controller's queue follows the link's packet time, not the 10 Mb/s of the
+/// scenario. On a slow link one full-size packet alone takes longer than the issue's
+/// 10 ms, so the bound there is in packets: the probe waits behind the few that the
+/// target keeps queued and the one being sent.
+#[test]
+fn the_queue_follows_the_link_rate_from_slow_to_fast() {
+    let s = scenario("bufferbloat.toml");
+    for rate in [2.0_f64, 50.0] {
+        let at = |stop: bool| {
+            let mut sets = vec![format!("links.0.rate_mbps={rate}")];
+            if stop {
+                sets.push("flows.0.stop_s=0.0".into());
+            }
+            let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+            run(&with(&s, &sets), Mode::Late).unwrap()
+        };
+        let (r, idle) = (at(false), at(true));
+        let (probe, bulk) = (flow(&r, "probe"), flow(&r, "bulk"));
+        let over = probe.latency_ms.p99 - flow(&idle, "probe").latency_ms.p99;
+        let packet_ms = 1500.0 * 8.0 / (rate * 1e3);
+        // Measured: +28.8 ms (4.8 packets) at 2 Mb/s, +4.1 ms at 50 Mb/s.
+        assert!(
+            over <= (6.0 * packet_ms).max(10.0),
+            "{rate} Mb/s: {probe:?}"
+        );
+        assert_eq!(probe.lost, 0, "{rate} Mb/s: {probe:?}");
+        // Measured: 89.5 and 90.9 %.
+        assert!(bulk.goodput_mbps >= 0.86 * rate, "{rate} Mb/s: {bulk:?}");
+    }
+}
+
 /// A link whose capacity is known beforehand (`[late] seed_capacity`, a daemon's
 /// `capacity_mbps` from `latebind probe`) starts there: on 250 ms paths a 10 Mb/s UDP
 /// stream loses packets to CoDel while an unseeded window doubles up from 32 packets,
