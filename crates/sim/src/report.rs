@@ -115,6 +115,10 @@ pub struct CcReport {
     pub mean_return_ms: f64,
     /// Share of the samples in competitive mode, percent.
     pub competitive_pct: f64,
+    /// The link's minimum RTT at the end of the run, ms.
+    pub min_rtt_ms: f64,
+    /// Mean number of datagrams below the binding point (the standing queue there).
+    pub mean_below_binding: f64,
 }
 
 /// Totals.
@@ -330,6 +334,8 @@ impl Report {
                                 max_queue_ms: round3(c.queue_max * 1e3),
                                 mean_return_ms: round3(c.return_sum / n * 1e3),
                                 competitive_pct: round3(c.competitive as f64 / n * 100.0),
+                                min_rtt_ms: round3(c.min_rtt.as_secs_f64() * 1e3),
+                                mean_below_binding: round3(c.below_sum as f64 / n),
                             }
                         })
                     }),
@@ -485,6 +491,37 @@ impl Report {
                 l.max_queue_below_binding
             );
         }
+        if self.links.iter().any(|l| l.rate_control.is_some()) {
+            let _ = writeln!(
+                s,
+                "{:<12} {:<8} {:>11} {:>10} {:>17} {:>9} {:>10} {:>9}",
+                "rate control",
+                "sender",
+                "window Mb/s",
+                "min RTT ms",
+                "queue ms mean/max",
+                "return ms",
+                "below mean",
+                "compete %"
+            );
+        }
+        for l in &self.links {
+            let Some(rc) = &l.rate_control else { continue };
+            for (c, side) in rc.iter().zip(["client", "server"]) {
+                let _ = writeln!(
+                    s,
+                    "{:<12} {:<8} {:>11.2} {:>10.1} {:>17} {:>9.1} {:>10.2} {:>9.1}",
+                    l.name,
+                    side,
+                    c.mean_rate_mbps,
+                    c.min_rtt_ms,
+                    format!("{:.1}/{:.1}", c.mean_queue_ms, c.max_queue_ms),
+                    c.mean_return_ms,
+                    c.mean_below_binding,
+                    c.competitive_pct
+                );
+            }
+        }
         if !self.cuts.is_empty() {
             let _ = writeln!(
                 s,
@@ -631,6 +668,18 @@ pub fn compare_table(reports: &[Report]) -> String {
             format!("{n}: max below binding"),
             col(&|r| link(r).max_queue_below_binding.to_string()),
         ));
+        // Rate control's queue at the bottleneck, each sender's view (`-` without it).
+        for (side, name) in [(0, "client"), (1, "server")] {
+            rows.push((
+                format!("{n}: queue ms mean/max, {name} sending"),
+                col(&|r| {
+                    link(r).rate_control.as_ref().map_or_else(
+                        || "-".to_owned(),
+                        |c| format!("{:.1}/{:.1}", c[side].mean_queue_ms, c[side].max_queue_ms),
+                    )
+                }),
+            ));
+        }
     }
     engine_rows(reports, &mut rows);
     // Cuts: one group of rows per (link, time, flow) that any run reports (variants may

@@ -136,6 +136,10 @@ pub struct CcTally {
     pub return_sum: f64,
     /// Samples in competitive mode.
     pub competitive: u64,
+    /// Sum of the datagrams below the binding point.
+    pub below_sum: u64,
+    /// The link's minimum RTT at the last sample.
+    pub min_rtt: Duration,
 }
 
 /// How often the rate-control state is sampled for the report.
@@ -687,6 +691,8 @@ impl World {
                 c.queue_max = c.queue_max.max(q);
                 c.return_sum += v.return_delay.as_secs_f64();
                 c.competitive += u64::from(v.competitive);
+                c.below_sum += v.below_binding as u64;
+                c.min_rtt = v.min_rtt;
             }
         }
     }

@@ -98,6 +98,41 @@ fn upload_through_a_hidden_bottleneck_on_another_path() {
     assert!(goodput >= 0.80 * 25.0, "{goodput} Mb/s");
 }
 
+/// The report carries each link's rate-control counters (issue 7's third item): the
+/// minimum RTT, the queue at the bottleneck, the standing queue below the binding point,
+/// in the JSON and in the text table.
+#[test]
+fn the_report_shows_each_links_rate_control_counters() {
+    let r = run(&scenario("bufferbloat.toml"), Mode::Late).unwrap();
+    let [up, down] = link(&r, "path").rate_control.clone().expect("rate control");
+    // The path's 20 ms each way, and the server's download keeps a queue of a few
+    // packets there (1.8 ms mean measured), the client's acknowledgements none.
+    for c in [&up, &down] {
+        assert!((40.0..41.0).contains(&c.min_rtt_ms), "{c:?}");
+    }
+    assert!(
+        down.mean_queue_ms > 0.5 && down.mean_queue_ms < 10.0,
+        "{down:?}"
+    );
+    assert!(up.mean_queue_ms < 0.5, "{up:?}");
+    // The downlink's bottleneck is in the network: nothing waits below the server's
+    // binding point (its datagrams leave its host at once).
+    assert!(down.mean_below_binding < 0.5, "{down:?}");
+    let table = r.table();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("path") && l.contains("server"))
+        .expect("a rate-control row for the server's side");
+    assert!(row.contains("40.1"), "{row}");
+    // A link without rate control has no such row.
+    let off = run(
+        &with(&scenario("bufferbloat.toml"), &["late.rate_control=false"]),
+        Mode::Late,
+    )
+    .unwrap();
+    assert!(!off.table().contains("rate control"), "{}", off.table());
+}
+
 /// The issue's setup at other rates (`scripts/delay-sweep.py rates`, docs/RESULTS.md
 /// 10.1): the controller's queue follows the link's packet time, not the 10 Mb/s of the
 /// scenario. On a slow link one full-size packet alone takes longer than the issue's
