@@ -121,6 +121,13 @@ pub struct CcReport {
     pub mean_below_binding: f64,
 }
 
+impl CcReport {
+    /// The queue's mean and largest delay, `mean/max` in ms, for the text tables.
+    fn queue_text(&self) -> String {
+        format!("{:.1}/{:.1}", self.mean_queue_ms, self.max_queue_ms)
+    }
+}
+
 /// Totals.
 #[derive(Clone, Debug, Serialize)]
 pub struct Totals {
@@ -515,7 +522,7 @@ impl Report {
                     side,
                     c.mean_rate_mbps,
                     c.min_rtt_ms,
-                    format!("{:.1}/{:.1}", c.mean_queue_ms, c.max_queue_ms),
+                    c.queue_text(),
                     c.mean_return_ms,
                     c.mean_below_binding,
                     c.competitive_pct
@@ -673,10 +680,10 @@ pub fn compare_table(reports: &[Report]) -> String {
             rows.push((
                 format!("{n}: queue ms mean/max, {name} sending"),
                 col(&|r| {
-                    link(r).rate_control.as_ref().map_or_else(
-                        || "-".to_owned(),
-                        |c| format!("{:.1}/{:.1}", c[side].mean_queue_ms, c[side].max_queue_ms),
-                    )
+                    link(r)
+                        .rate_control
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), |c| c[side].queue_text())
                 }),
             ));
         }
