@@ -142,12 +142,12 @@ fn the_report_shows_each_links_rate_control_counters() {
 fn the_queue_follows_the_link_rate_from_slow_to_fast() {
     let s = scenario("bufferbloat.toml");
     for rate in [2.0_f64, 50.0] {
+        let rate_set = format!("links.0.rate_mbps={rate}");
         let at = |stop: bool| {
-            let mut sets = vec![format!("links.0.rate_mbps={rate}")];
+            let mut sets = vec![rate_set.as_str()];
             if stop {
-                sets.push("flows.0.stop_s=0.0".into());
+                sets.push("flows.0.stop_s=0.0");
             }
-            let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
             run(&with(&s, &sets), Mode::Late).unwrap()
         };
         let (r, idle) = (at(false), at(true));
