@@ -918,8 +918,14 @@ impl Endpoint {
                     .iter()
                     .enumerate()
                     .any(|(j, l)| j != i && l.state == LinkState::Up && !l.config.backup);
-                if let Some(c) = &mut self.links[i].cc {
+                let waiting = self.data_waiting();
+                let l = &mut self.links[i];
+                // Only the pacer holds the link back if it holds a packet now while data
+                // waits (`Controller::set_paced_back`).
+                let paced_back = waiting && l.pacer.blocked_until(1500).is_some_and(|t| t > now);
+                if let Some(c) = &mut l.cc {
                     c.set_alone(alone);
+                    c.set_paced_back(paced_back);
                 }
                 let out = self.links[i].on_ack(
                     now,
