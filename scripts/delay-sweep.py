@@ -18,6 +18,11 @@ with and without a setting.
       the probe's p50 and p99 over idle (the same run without the download) in ms and in
       packet times (one 1500-byte packet at the link's rate).
 
+`--delays D,D,...` runs single, two or three at those one-way delays (ms) of the trace
+instead: single runs move by several points with the delay (which of the trace's bursts
+and pauses CoDel's drops meet), so a change is best judged over many, e.g.
+`--delays 10,12.5,15,17.5,20,22.5,25,27.5,30,32.5,35,37.5,40`.
+
 Needs the release build (cargo build --release -p latebind), or another binary named by
 LATEBIND_BIN (to compare two builds side by side).
 """
@@ -38,6 +43,10 @@ NAMES = [
     "ATT-LTE-driving-2016",
     "Verizon-EVDO-driving",
 ]
+
+
+# One-way delays of the trace link given by --delays, if any.
+DELAYS = None
 
 
 def capacity(path, secs=30):
@@ -85,7 +94,7 @@ def single(extra):
                 p = f["probe"]["latency_ms"]
                 return 100 * f["bulk"]["goodput_mbps"] / cap, p["p50"], p["p95"], comp
 
-            r = each([15, 25, 35], run)
+            r = each(DELAYS or [15, 25, 35], run)
             mean = lambda i: sum(x[i] for x in r) / len(r)  # noqa: E731
             print(
                 f"{name:22s} {d:4s} {mean(0):5.1f} % [{' '.join('%.0f' % x[0] for x in r)}]"
@@ -103,7 +112,7 @@ def two(extra):
             f = {x["name"]: x for x in j["flows"]}
             return 100 * f["bulk"]["goodput_mbps"] / cap, f["probe"]["latency_ms"]["p95"]
 
-        r = each([15, 30, 45], run)
+        r = each(DELAYS or [15, 30, 45], run)
         print(
             f"{name:22s} of {cap:5.2f} Mb/s: {sum(x[0] for x in r) / 3:5.1f} %"
             f" [{' '.join('%.1f' % x[0] for x in r)}]  probe p95 {[round(x[1], 1) for x in r]}"
@@ -118,7 +127,7 @@ def three(extra):
             j = sim("aggregate-3.toml", trace_sets(2, name) + [f"links.2.delay_ms={delay}"] + extra)
             return 100 * j["flows"][0]["goodput_mbps"] / cap
 
-        r = each([10, 15, 20, 25, 30, 35, 40, 50], run)
+        r = each(DELAYS or [10, 15, 20, 25, 30, 35, 40, 50], run)
         print(
             f"{name:22s} of {cap:5.2f} Mb/s: {sum(r) / len(r):5.1f} % (least {min(r):5.1f})"
             f" [{' '.join('%.1f' % x for x in r)}]"
@@ -155,12 +164,21 @@ def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
     if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three", "rates"):
         sys.exit(__doc__)
+    global DELAYS
     extra = []
     rest = sys.argv[2:]
     while rest:
-        if rest[0] != "--set" or len(rest) < 2:
-            sys.exit(f"delay-sweep: expected --set KEY=VALUE, got {rest[0]!r}")
-        extra.append(rest[1])
+        if rest[0] == "--delays" and sys.argv[1] == "rates":
+            sys.exit("delay-sweep: --delays is for single, two and three; rates takes --set links.0.delay_ms=D")
+        if rest[0] == "--delays" and len(rest) >= 2:
+            try:
+                DELAYS = [float(d) for d in rest[1].split(",")]
+            except ValueError:
+                sys.exit(f"delay-sweep: --delays expects milliseconds like 15,25,35, got {rest[1]!r}")
+        elif rest[0] != "--set" or len(rest) < 2:
+            sys.exit(f"delay-sweep: expected --set KEY=VALUE or --delays D,D,..., got {rest[0]!r}")
+        else:
+            extra.append(rest[1])
         rest = rest[2:]
     {"single": single, "two": two, "three": three, "rates": rates}[sys.argv[1]](extra)
 

@@ -920,9 +920,9 @@ impl Endpoint {
                     .any(|(j, l)| j != i && l.state == LinkState::Up && !l.config.backup);
                 let waiting = self.data_waiting();
                 let l = &mut self.links[i];
-                // Only the pacer holds the link back if it holds a packet now while data
-                // waits (`Controller::set_paced_back`).
-                let paced_back = waiting && l.pacer.blocked_until(1500).is_some_and(|t| t > now);
+                // Data waits and the link's pacer holds its next full-size packet back
+                // (`Controller::set_paced_back`).
+                let paced_back = waiting && l.pace_next(now) > now;
                 if let Some(c) = &mut l.cc {
                     c.set_alone(alone);
                     c.set_paced_back(paced_back);
