@@ -114,7 +114,7 @@ def two(extra):
 
         r = each(DELAYS or [15, 30, 45], run)
         print(
-            f"{name:22s} of {cap:5.2f} Mb/s: {sum(x[0] for x in r) / 3:5.1f} %"
+            f"{name:22s} of {cap:5.2f} Mb/s: {sum(x[0] for x in r) / len(r):5.1f} %"
             f" [{' '.join('%.1f' % x[0] for x in r)}]  probe p95 {[round(x[1], 1) for x in r]}"
         )
 
