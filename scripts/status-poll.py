@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Polls a running daemon's status on its control socket and writes one JSON line per
+"""Polls a running daemon's status (`latebind status --json`) and writes one JSON line per
 link per poll: each link's rate control (window, rate, queueing delay at the bottleneck,
 RTTs), what waits above and below the binding point, CoDel's drops and the link's
 suspicions.
@@ -11,28 +11,24 @@ DIR/server.sock exists:
 
   chrt -f 1 scripts/status-poll.py DIR/server.sock poll.jsonl 28 0.2
 
-Under the lab's load the emulator and the daemons run at real-time priority, and
-`latebind status` (a full process start per call) took 1-3 s per call at 100 Mb/s;
-this keeps one interpreter and reads the socket directly, and `chrt -f 1` lets it run.
+The emulator and the daemons run at real-time priority; `chrt -f 1` keeps the polls on
+time beside them. Uses the release build, or the binary named by LATEBIND_BIN.
 """
 import json
-import socket
+import os
+import subprocess
 import sys
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("LATEBIND_BIN") or os.path.join(ROOT, "target", "release", "latebind")
+
 
 def read(path):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(1.0)
-    s.connect(path)
-    data = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        data += b
-    s.close()
-    return json.loads(data)
+    out = subprocess.run(
+        [BIN, "status", "--json", "--socket", path], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
 
 
 def main():
@@ -48,6 +44,10 @@ def main():
         while time.time() - t0 < secs:
             try:
                 j = read(path)
+            except subprocess.CalledProcessError as e:
+                print(f"status-poll: {e.stderr.strip() or e}", file=sys.stderr)
+                time.sleep(period)
+                continue
             except (OSError, ValueError) as e:
                 print(f"status-poll: {path}: {e}", file=sys.stderr)
                 time.sleep(period)
