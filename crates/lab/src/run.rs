@@ -1208,6 +1208,8 @@ fn run_mode(
                 // Not measured: a fixed-rate uplink queues in the client's htb qdisc,
                 // which the emulator does not see; the flows' latency is the measure.
                 network_delay_ms: None,
+                // Simulator only: the engines' state at each instant is not sampled.
+                unused_capacity: None,
             }
         })
         .collect();

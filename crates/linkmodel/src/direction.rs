@@ -98,6 +98,14 @@ pub struct LinkStats {
     pub bytes_delivered: u64,
     /// Largest [`LinkDirection::backlog`] seen.
     pub max_backlog: usize,
+    /// Bytes (the `len` given to enqueue) of the packets that left the serializer.
+    pub bytes_transmitted: u64,
+    /// Capacity that passed unused, bytes, settled so far: a trace's delivery
+    /// opportunities that came while nothing waited, and what was left of one when the
+    /// queue ran dry in it; at a fixed rate, the serializer's idle time at the link's
+    /// rate. An outage offers nothing. [`LinkDirection::unused_bytes`] adds the idle
+    /// stretch still running.
+    pub unused_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -157,6 +165,8 @@ pub struct LinkDirection<T> {
     out: bool,
     /// Trace: number of the next unused delivery opportunity.
     cursor: u64,
+    /// Fixed rate: since when the serializer has had nothing to send (outside outages).
+    idle_since: Option<Duration>,
     stats: LinkStats,
 }
 
@@ -212,6 +222,7 @@ impl<T> LinkDirection<T> {
             next_outage: 0,
             out: false,
             cursor,
+            idle_since: Some(Duration::ZERO),
             stats: LinkStats::default(),
         }
     }
@@ -296,6 +307,43 @@ impl<T> LinkDirection<T> {
         &self.stats
     }
 
+    /// Capacity that passed unused up to `now`, bytes: [`LinkStats::unused_bytes`] plus
+    /// the idle stretch still running (a trace's opportunities before `now` since the
+    /// last one used, or the fixed rate's idle time). With `bytes_transmitted` it is
+    /// what the link offered, so that a driver can tell how much of it went unused and
+    /// when. Call it with a `now` the model has been advanced to (or the stretch counts
+    /// from where the model stands).
+    pub fn unused_bytes(&self, now: Duration) -> u64 {
+        if self.out || self.serving.is_some() {
+            return self.stats.unused_bytes;
+        }
+        self.stats.unused_bytes + self.idle_bytes(now)
+    }
+
+    /// What the idle link offered from where its accounting stands to `now`.
+    fn idle_bytes(&self, now: Duration) -> u64 {
+        match &self.params.rate {
+            Rate::Fixed { bits_per_sec } => self.idle_since.map_or(0, |since| {
+                (now.saturating_sub(since).as_secs_f64() * bits_per_sec / 8.0) as u64
+            }),
+            Rate::Trace(trace) => {
+                let k = trace.first_at_or_after(now.saturating_add(self.trace_shift));
+                k.saturating_sub(self.cursor) * OPPORTUNITY_BYTES as u64
+            }
+        }
+    }
+
+    /// The idle link starts serving, or goes out, at `at`: what it offered meanwhile
+    /// went unused.
+    fn settle_idle(&mut self, at: Duration) {
+        self.stats.unused_bytes += self.idle_bytes(at);
+        self.idle_since = None;
+        if let Rate::Trace(trace) = &self.params.rate {
+            let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
+            self.cursor = self.cursor.max(k);
+        }
+    }
+
     /// The parameters this link was built with.
     pub fn params(&self) -> &LinkParams {
         &self.params
@@ -337,22 +385,13 @@ impl<T> LinkDirection<T> {
 
     /// Hands `packet` to the idle serializer at `at`.
     fn start_serving(&mut self, packet: Packet<T>, at: Duration) {
+        self.settle_idle(at);
         let done_at = match &self.params.rate {
             Rate::Fixed { bits_per_sec } => {
                 at.saturating_add(serialization_time(packet.len, *bits_per_sec))
             }
-            Rate::Trace(trace) => {
-                // Opportunities that passed while idle are wasted.
-                if trace
-                    .offset_of(self.cursor)
-                    .saturating_sub(self.trace_shift)
-                    < at
-                {
-                    let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
-                    self.cursor = self.cursor.max(k);
-                }
-                at
-            }
+            // The opportunities that passed while idle are wasted (`settle_idle`).
+            Rate::Trace(_) => at,
         };
         self.serving = Some(Serving {
             remaining: packet.len,
@@ -368,6 +407,8 @@ impl<T> LinkDirection<T> {
         }
         if let Some(next) = self.queue.pop_front() {
             self.start_serving(next, at);
+        } else {
+            self.idle_since = Some(at);
         }
     }
 
@@ -392,12 +433,16 @@ impl<T> LinkDirection<T> {
                 self.start_serving(next, at);
             }
         }
+        if self.serving.is_none() {
+            self.stats.unused_bytes += credit as u64;
+        }
     }
 
     /// The packet leaves the serializer at `at`: draw its fate (loss, then
     /// jitter, always both) and put it in flight.
     fn depart(&mut self, packet: Packet<T>, at: Duration) {
         self.stats.transmitted += 1;
+        self.stats.bytes_transmitted += packet.len as u64;
         self.events.push_back(LinkEvent::TxDone { id: packet.id });
         let loss_draw: f64 = self.rng.random();
         let jitter_draw: f64 = self.rng.random();
@@ -436,7 +481,16 @@ impl<T> LinkDirection<T> {
             self.out = false;
             self.next_outage += 1;
             self.events.push_back(LinkEvent::OutageEnd { at });
+            // What the outage took is not unused capacity: the idle stretch starts now.
+            self.idle_since = Some(at);
+            if let Rate::Trace(trace) = &self.params.rate {
+                let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
+                self.cursor = self.cursor.max(k);
+            }
             return;
+        }
+        if self.serving.is_none() {
+            self.settle_idle(at);
         }
         self.out = true;
         self.events.push_back(LinkEvent::OutageStart { at });
@@ -587,6 +641,59 @@ mod tests {
         let s = link.stats();
         assert_eq!((s.enqueued, s.transmitted, s.delivered), (10, 10, 10));
         assert_eq!((s.bytes_delivered, s.max_backlog), (10_000, 10));
+    }
+
+    /// What a link offered and nobody used: idle time at a fixed rate, a trace's
+    /// opportunities while nothing waited and what a small packet left of one; an
+    /// outage offers nothing.
+    #[test]
+    fn unused_capacity_counts_idle_time_and_wasted_opportunities() {
+        // 1 Mb/s: 125 bytes per ms. Idle 0-10 ms, busy 10-20 ms, idle 20-30 ms.
+        let mut link = LinkDirection::new(fixed(1e6, ms(5)), 1, Duration::ZERO);
+        assert_eq!(link.unused_bytes(ms(10)), 1250);
+        link.enqueue(ms(10), 1250, ()).unwrap();
+        drive(&mut link, ms(30));
+        assert_eq!(link.unused_bytes(ms(15)), 1250, "busy: nothing more unused");
+        assert_eq!(link.unused_bytes(ms(30)), 2500);
+        assert_eq!(link.stats().bytes_transmitted, 1250);
+        assert_eq!(
+            link.stats().unused_bytes,
+            1250,
+            "the running stretch is not settled"
+        );
+
+        // The same with an outage at 22-27 ms: only 20-22 and 27-30 ms count.
+        let mut params = fixed(1e6, ms(5));
+        params.outages = vec![(ms(22), ms(27))];
+        let mut link = LinkDirection::new(params, 1, Duration::ZERO);
+        link.enqueue(ms(10), 1250, ()).unwrap();
+        drive(&mut link, ms(30));
+        assert_eq!(link.unused_bytes(ms(25)), 1250 + 250);
+        assert_eq!(link.unused_bytes(ms(30)), 1250 + 250 + 375);
+
+        // A trace with an opportunity every ms (1500 bytes each). Opportunities 1 and 2
+        // pass idle; a 100-byte packet at 2.5 ms takes opportunity 3 and leaves 1400 of
+        // it; 4, 5 and 6 pass idle.
+        let text: String = (1..=10).map(|i| format!("{i}\n")).collect();
+        let mut link = LinkDirection::new(trace_params(&text), 1, Duration::ZERO);
+        link.enqueue(Duration::from_micros(2500), 100, ()).unwrap();
+        assert_eq!(link.stats().unused_bytes, 3000);
+        drive(&mut link, Duration::from_micros(6500));
+        assert_eq!(link.stats().bytes_transmitted, 100);
+        assert_eq!(link.stats().unused_bytes, 3000 + 1400);
+        assert_eq!(
+            link.unused_bytes(Duration::from_micros(6500)),
+            3000 + 1400 + 4500
+        );
+        // What it offered: six opportunities.
+        assert_eq!(
+            link.unused_bytes(Duration::from_micros(6500)) + link.stats().bytes_transmitted,
+            6 * 1500
+        );
+        // Busy through opportunities 7-9 (a 4000-byte packet at 6.5 ms): 500 of 9 left.
+        link.enqueue(Duration::from_micros(6500), 4000, ()).unwrap();
+        drive(&mut link, Duration::from_micros(9500));
+        assert_eq!(link.unused_bytes(Duration::from_micros(9500)), 8900 + 500);
     }
 
     #[test]

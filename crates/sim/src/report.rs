@@ -7,7 +7,7 @@ use latebind_traffic::Latency;
 use serde::Serialize;
 
 use crate::cuts::{CutReport, FlowCuts, cut_reports};
-use crate::world::{Mode, Outcome};
+use crate::world::{Mode, Outcome, UnusedCause, UnusedTally};
 
 /// Latency percentiles, milliseconds.
 #[derive(Clone, Debug, Serialize)]
@@ -99,6 +99,57 @@ pub struct LinkReport {
     /// opportunity). Simulator only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_delay_ms: Option<[LatencyReport; 2]>,
+    /// The capacity each direction offered over the run that went unused, client ->
+    /// server and server -> client, and what kept the link idle then. Simulator only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unused_capacity: Option<[UnusedReport; 2]>,
+}
+
+/// One direction's unused capacity over the run (see `world::UnusedTally`).
+#[derive(Clone, Debug, Serialize)]
+pub struct UnusedReport {
+    /// Of what the direction offered (what it transmitted plus what passed unused: a
+    /// trace's delivery opportunities that came while nothing waited in the link, a fixed
+    /// rate's idle time), the share that went unused, %.
+    pub pct: f64,
+    /// Of the unused capacity, the share by what the sending engine was doing at the
+    /// start of each 10 ms interval, % (mode late; see `world::UnusedCause`): nothing
+    /// waited above its binding point (the inner flows sent no more);
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nothing_waiting_pct: Option<f64>,
+    /// packets waited and the engine did not have the link up (suspect or down);
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_up_pct: Option<f64>,
+    /// packets waited and the link's window was full;
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_pct: Option<f64>,
+    /// packets waited, the window had room, and the budget below the binding point was
+    /// taken;
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_pct: Option<f64>,
+    /// packets waited, the window had room, and the link's pacer held the next one;
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacer_pct: Option<f64>,
+    /// packets waited and nothing of the link held them: the binding policy kept them
+    /// for other links.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elsewhere_pct: Option<f64>,
+}
+
+impl UnusedReport {
+    fn of(t: &UnusedTally, late: bool) -> Self {
+        let pct = |part: u64, of: u64| round3(part as f64 * 100.0 / of.max(1) as f64);
+        let share = |c: UnusedCause| late.then(|| pct(t.by_cause[c as usize], t.unused));
+        Self {
+            pct: pct(t.unused, t.offered),
+            nothing_waiting_pct: share(UnusedCause::NothingWaiting),
+            not_up_pct: share(UnusedCause::NotUp),
+            window_pct: share(UnusedCause::Window),
+            budget_pct: share(UnusedCause::Budget),
+            pacer_pct: share(UnusedCause::Pacer),
+            elsewhere_pct: share(UnusedCause::Elsewhere),
+        }
+    }
 }
 
 /// One direction's rate control over the run.
@@ -347,6 +398,11 @@ impl Report {
                         })
                     }),
                     network_delay_ms: Some(network_delay_ms),
+                    unused_capacity: Some(
+                        t.unused
+                            .each_ref()
+                            .map(|u| UnusedReport::of(u, outcome.mode == Mode::Late)),
+                    ),
                     data_sent,
                     data_sent_per_s: if t.data_sent_by_s.is_empty() {
                         Vec::new()
@@ -526,6 +582,43 @@ impl Report {
                     c.mean_return_ms,
                     c.mean_below_binding,
                     c.competitive_pct
+                );
+            }
+        }
+        if self.links.iter().any(|l| l.unused_capacity.is_some()) {
+            let _ = writeln!(
+                s,
+                "{:<12} {:<4} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>10}",
+                "unused",
+                "dir",
+                "% of cap",
+                "nothing",
+                "not up",
+                "window",
+                "budget",
+                "pacer",
+                "elsewhere"
+            );
+        }
+        for l in &self.links {
+            let Some(u) = &l.unused_capacity else {
+                continue;
+            };
+            for (u, dir) in u.iter().zip(["up", "down"]) {
+                let share =
+                    |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+                let _ = writeln!(
+                    s,
+                    "{:<12} {:<4} {:>8.1} {:>8} {:>7} {:>7} {:>7} {:>6} {:>10}",
+                    l.name,
+                    dir,
+                    u.pct,
+                    share(u.nothing_waiting_pct),
+                    share(u.not_up_pct),
+                    share(u.window_pct),
+                    share(u.budget_pct),
+                    share(u.pacer_pct),
+                    share(u.elsewhere_pct)
                 );
             }
         }

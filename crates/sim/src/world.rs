@@ -119,6 +119,54 @@ pub struct LinkTally {
     /// at the far end (queueing, serialization or the wait for a trace's delivery
     /// opportunity, and propagation).
     pub network_delay_ms: [Vec<f64>; 2],
+    /// The capacity each direction offered and what of it went unused, and why, client
+    /// -> server and server -> client.
+    pub unused: [UnusedTally; 2],
+}
+
+/// What one direction of a link offered up to the run's end and what of it went unused
+/// (a trace's delivery opportunities that came while nothing waited in the link, a
+/// fixed rate's idle time; outages offer nothing), taken every [`CC_SAMPLE`]. Each
+/// interval's unused capacity goes to the sending engine's state at its start (mode
+/// late): what kept the link idle then.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnusedTally {
+    /// Bytes the direction offered: what it transmitted plus what went unused.
+    pub offered: u64,
+    /// Bytes that went unused.
+    pub unused: u64,
+    /// Of those, by the sending engine's state ([`UnusedCause`]). Mode late; the rest
+    /// (the first interval, mode early) is not attributed.
+    pub by_cause: [u64; UnusedCause::COUNT],
+    /// The direction's unused bytes at the last sample.
+    last: u64,
+    /// The sending engine's state at the last sample.
+    cause: Option<UnusedCause>,
+}
+
+/// What kept a link direction idle, as its sending engine stood (see [`UnusedTally`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnusedCause {
+    /// Nothing waited above the binding point: the inner flows sent no more.
+    NothingWaiting = 0,
+    /// Packets waited and the engine did not have the link up (suspect or down: no new
+    /// data).
+    NotUp = 1,
+    /// Packets waited and the link's window was full.
+    Window = 2,
+    /// Packets waited, the window had room, and the budget below the binding point was
+    /// taken (packets handed to the host's interface and not yet departed).
+    Budget = 3,
+    /// Packets waited, the window had room, and the link's pacer held the next one.
+    Pacer = 4,
+    /// Packets waited, and the window, the budget and the pacer had room: the binding
+    /// policy kept them for other links.
+    Elsewhere = 5,
+}
+
+impl UnusedCause {
+    /// Number of causes (the length of [`UnusedTally::by_cause`]).
+    pub const COUNT: usize = 6;
 }
 
 /// Rate control of one link at one end, sampled over the run.
@@ -552,6 +600,9 @@ impl World {
             };
             if t.as_nanos() / CC_SAMPLE.as_nanos() != self.now.as_nanos() / CC_SAMPLE.as_nanos() {
                 self.sample_rate_control(t);
+                if t <= self.end {
+                    self.sample_unused(t);
+                }
             }
             if t.as_secs() != self.now.as_secs() && self.now < self.end {
                 self.sample_data_sent(t.min(self.end));
@@ -693,6 +744,45 @@ impl World {
                 c.competitive += u64::from(v.competitive);
                 c.below_sum += v.below_binding as u64;
                 c.min_rtt = v.min_rtt;
+            }
+        }
+    }
+
+    /// Adds each link direction's capacity unused since the last sample to the cause
+    /// its sending engine showed then, and notes the engine's state of now.
+    fn sample_unused(&mut self, t: Duration) {
+        let engines = [&self.client, &self.server];
+        let views: [Vec<latebind_proto::LinkView>; 2] =
+            engines.map(|e| e.as_ref().map_or_else(Vec::new, |e| e.link_views(now_i(t))));
+        let waiting = engines.map(|e| e.as_ref().map(|e| e.queued_bytes() > 0));
+        for (i, l) in self.links.iter_mut().enumerate() {
+            for (side, dir) in [&l.up, &l.down].into_iter().enumerate() {
+                let u = &mut l.tally.unused[side];
+                let unused = dir.unused_bytes(t);
+                if let Some(cause) = u.cause {
+                    u.by_cause[cause as usize] += unused - u.last;
+                }
+                u.last = unused;
+                u.unused = unused;
+                u.offered = unused + dir.stats().bytes_transmitted;
+                u.cause = waiting[side].map(|waiting| {
+                    let view = views[side].iter().find(|v| usize::from(v.id.0) == i);
+                    match view {
+                        _ if !waiting => UnusedCause::NothingWaiting,
+                        Some(v) if v.state == latebind_proto::LinkState::Up => {
+                            if v.cwnd > 0 && v.bytes_in_flight + 1500 >= v.cwnd {
+                                UnusedCause::Window
+                            } else if v.below_binding >= v.budget {
+                                UnusedCause::Budget
+                            } else if v.pace_next > now_i(t) {
+                                UnusedCause::Pacer
+                            } else {
+                                UnusedCause::Elsewhere
+                            }
+                        }
+                        _ => UnusedCause::NotUp,
+                    }
+                });
             }
         }
     }

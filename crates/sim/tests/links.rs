@@ -219,3 +219,47 @@ fn a_tcp_flow_reports_its_stall_at_the_cut_and_no_loss_figure() {
         }
     }
 }
+
+/// The report says how much of each link direction went unused and, in mode late, what
+/// the sending engine was doing meanwhile: a source below the link's rate leaves the
+/// rest with nothing waiting; one above it leaves almost nothing, and what it leaves
+/// has packets waiting.
+#[test]
+fn unused_capacity_is_measured_and_attributed_to_the_sender() {
+    let text = |rate: f64| {
+        format!(
+            r#"
+[scenario]
+name = "unused"
+duration_s = 5.0
+[[links]]
+name = "a"
+rate_mbps = 10.0
+delay_ms = 20.0
+[[flows]]
+name = "cbr"
+kind = "udp-cbr"
+rate_mbps = {rate}
+"#
+        )
+    };
+    for mode in [Mode::Late, Mode::Early] {
+        let r = run(&load(&text(4.0)), mode).unwrap();
+        let [up, down] = r.links[0].unused_capacity.clone().expect("simulator");
+        // 4 Mb/s of payload and its headers on a 10 Mb/s link.
+        assert!(up.pct > 50.0 && up.pct <= 60.5, "{mode:?}: {up:?}");
+        assert!(down.pct > 95.0, "{mode:?}: {down:?}");
+        match mode {
+            Mode::Late => {
+                let nothing = up.nothing_waiting_pct.expect("late");
+                assert!(nothing > 95.0, "{up:?}");
+            }
+            _ => assert!(up.nothing_waiting_pct.is_none(), "{up:?}"),
+        }
+    }
+    let r = run(&load(&text(20.0)), Mode::Late).unwrap();
+    let [up, _] = r.links[0].unused_capacity.clone().expect("simulator");
+    assert!(up.pct < 5.0, "{up:?}");
+    let waiting = 100.0 - up.nothing_waiting_pct.unwrap();
+    assert!(waiting > 50.0, "{up:?}");
+}
