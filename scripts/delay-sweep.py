@@ -18,7 +18,15 @@ with and without a setting.
       the probe's p50 and p99 over idle (the same run without the download) in ms and in
       packet times (one 1500-byte packet at the link's rate).
 
-`--delays D,D,...` runs single, two or three at those one-way delays (ms) of the trace
+  scripts/delay-sweep.py unused [--set K=V ...]   where each trace link's capacity went
+      unused (the report's `unused_capacity`): the rows of single (the data's direction)
+      and of three (the trace link's uplink), each with the goodput, the share of the
+      link's capacity unused and, of that, the shares by what the sending engine was
+      doing: nothing waited above its binding point, the link was not up, its window
+      was full, its budget below the binding point was taken, its pacer held the next
+      packet, or the policy kept the packets for other links; means over the delays.
+
+`--delays D,D,...` runs single, two, three or unused at those one-way delays (ms) of the trace
 instead: single runs move by several points with the delay (which of the trace's bursts
 and pauses CoDel's drops meet), so a change is best judged over many, e.g.
 `--delays 10,12.5,15,17.5,20,22.5,25,27.5,30,32.5,35,37.5,40`.
@@ -134,6 +142,48 @@ def three(extra):
         )
 
 
+CAUSES = ["nothing_waiting_pct", "not_up_pct", "window_pct", "budget_pct", "pacer_pct", "elsewhere_pct"]
+
+
+def unused_row(label, runs):
+    """Prints the means over `runs` of (goodput %, unused dict) as one row."""
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    causes = "  ".join(f"{c[:-4].replace('_', ' ')} {mean([u[c] for _, u in runs]):5.1f}" for c in CAUSES)
+    print(
+        f"{label}  goodput {mean([g for g, _ in runs]):5.1f} %"
+        f"  unused {mean([u['pct'] for _, u in runs]):5.1f} % of the link: {causes}"
+    )
+
+
+def unused(extra):
+    """Where each trace link's capacity went unused (the report's `unused_capacity`): the
+    single-link rows (the data's direction of the trace link) and the three-link upload
+    (the trace link's uplink), means over the delays."""
+    for name in NAMES:
+        for d in ["down", "up"]:
+            cap = capacity(os.path.join(TRACES, f"{name}.{d}"))
+
+            def run(delay):
+                sets = trace_sets(0, name) + [
+                    f"links.0.delay_ms={delay}",
+                    f'flows.0.direction="{d}"',
+                    f'flows.1.direction="{d}"',
+                ]
+                j = sim("bufferbloat-trace.toml", sets + extra)
+                u = j["links"][0]["unused_capacity"][0 if d == "up" else 1]
+                return 100 * j["flows"][0]["goodput_mbps"] / cap, u
+
+            unused_row(f"single {name:22s} {d:4s}", each(DELAYS or [15, 25, 35], run))
+    for name in NAMES:
+        cap = 15 + capacity(os.path.join(TRACES, f"{name}.up"))
+
+        def run(delay):
+            j = sim("aggregate-3.toml", trace_sets(2, name) + [f"links.2.delay_ms={delay}"] + extra)
+            return 100 * j["flows"][0]["goodput_mbps"] / cap, j["links"][2]["unused_capacity"][0]
+
+        unused_row(f"three  {name:22s} up  ", each(DELAYS or [10, 15, 20, 25, 30, 35, 40, 50], run))
+
+
 def rates(extra):
     for rate in [0.5, 1, 2, 5, 10, 20, 50, 100]:
 
@@ -162,14 +212,14 @@ def rates(extra):
 
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
-    if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three", "rates"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("single", "two", "three", "rates", "unused"):
         sys.exit(__doc__)
     global DELAYS
     extra = []
     rest = sys.argv[2:]
     while rest:
         if rest[0] == "--delays" and sys.argv[1] == "rates":
-            sys.exit("delay-sweep: --delays is for single, two and three; rates takes --set links.0.delay_ms=D")
+            sys.exit("delay-sweep: --delays is for single, two, three and unused; rates takes --set links.0.delay_ms=D")
         if rest[0] == "--delays" and len(rest) >= 2:
             try:
                 DELAYS = [float(d) for d in rest[1].split(",")]
@@ -180,7 +230,7 @@ def main():
         else:
             extra.append(rest[1])
         rest = rest[2:]
-    {"single": single, "two": two, "three": three, "rates": rates}[sys.argv[1]](extra)
+    {"single": single, "two": two, "three": three, "rates": rates, "unused": unused}[sys.argv[1]](extra)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ def main():
                         "cc_rate_mbps": l["cc_rate_mbps"],
                         "delivery_mbps": l["delivery_rate_mbps"],
                         "queue_ms": l["queue_delay_ms"],
+                        "back_ms": l["return_delay_ms"],
                         "srtt_ms": l["srtt_ms"],
                         "min_rtt_ms": l["min_rtt_ms"],
                         "below_binding": l["below_binding"],
