@@ -25,6 +25,7 @@ with and without a setting.
       doing: nothing waited above its binding point, the link was not up, its window
       was full, its budget below the binding point was taken, its pacer held the next
       packet, or the policy kept the packets for other links; means over the delays.
+      Its `--set`s go to both files' runs.
 
 `--delays D,D,...` runs single, two, three or unused at those one-way delays (ms) of the trace
 instead: single runs move by several points with the delay (which of the trace's bursts
@@ -85,18 +86,23 @@ def trace_sets(link, name):
     ]
 
 
+def single_run(name, d, delay, extra):
+    """bufferbloat-trace.toml's report with trace `name` as its link, the flows going `d`."""
+    sets = trace_sets(0, name) + [
+        f"links.0.delay_ms={delay}",
+        f'flows.0.direction="{d}"',
+        f'flows.1.direction="{d}"',
+    ]
+    return sim("bufferbloat-trace.toml", sets + extra)
+
+
 def single(extra):
     for name in NAMES:
         for d in ["down", "up"]:
             cap = capacity(os.path.join(TRACES, f"{name}.{d}"))
 
             def run(delay):
-                sets = trace_sets(0, name) + [
-                    f"links.0.delay_ms={delay}",
-                    f'flows.0.direction="{d}"',
-                    f'flows.1.direction="{d}"',
-                ]
-                j = sim("bufferbloat-trace.toml", sets + extra)
+                j = single_run(name, d, delay, extra)
                 f = {x["name"]: x for x in j["flows"]}
                 comp = max(x["competitive_pct"] for x in j["links"][0]["rate_control"])
                 p = f["probe"]["latency_ms"]
@@ -164,12 +170,7 @@ def unused(extra):
             cap = capacity(os.path.join(TRACES, f"{name}.{d}"))
 
             def run(delay):
-                sets = trace_sets(0, name) + [
-                    f"links.0.delay_ms={delay}",
-                    f'flows.0.direction="{d}"',
-                    f'flows.1.direction="{d}"',
-                ]
-                j = sim("bufferbloat-trace.toml", sets + extra)
+                j = single_run(name, d, delay, extra)
                 u = j["links"][0]["unused_capacity"][0 if d == "up" else 1]
                 return 100 * j["flows"][0]["goodput_mbps"] / cap, u
 

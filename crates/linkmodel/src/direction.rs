@@ -333,15 +333,34 @@ impl<T> LinkDirection<T> {
         }
     }
 
-    /// The idle link starts serving, or goes out, at `at`: what it offered meanwhile
-    /// went unused.
+    /// The link starts serving, or goes out, at `at`: what it offered since it went
+    /// idle went unused.
     fn settle_idle(&mut self, at: Duration) {
-        self.stats.unused_bytes += self.idle_bytes(at);
+        let unused = match &self.params.rate {
+            Rate::Fixed { .. } => self.idle_bytes(at),
+            Rate::Trace(_) => self.skip_opportunities(at) * OPPORTUNITY_BYTES as u64,
+        };
+        self.stats.unused_bytes += unused;
         self.idle_since = None;
-        if let Rate::Trace(trace) = &self.params.rate {
-            let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
-            self.cursor = self.cursor.max(k);
+    }
+
+    /// Trace: moves the cursor past the opportunities before `at` (they passed while
+    /// nothing waited) and returns how many it skipped.
+    fn skip_opportunities(&mut self, at: Duration) -> u64 {
+        let Rate::Trace(trace) = &self.params.rate else {
+            return 0;
+        };
+        if trace
+            .offset_of(self.cursor)
+            .saturating_sub(self.trace_shift)
+            >= at
+        {
+            return 0;
         }
+        let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
+        let skipped = k.saturating_sub(self.cursor);
+        self.cursor = self.cursor.max(k);
+        skipped
     }
 
     /// The parameters this link was built with.
@@ -483,10 +502,7 @@ impl<T> LinkDirection<T> {
             self.events.push_back(LinkEvent::OutageEnd { at });
             // What the outage took is not unused capacity: the idle stretch starts now.
             self.idle_since = Some(at);
-            if let Rate::Trace(trace) = &self.params.rate {
-                let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
-                self.cursor = self.cursor.max(k);
-            }
+            self.skip_opportunities(at);
             return;
         }
         if self.serving.is_none() {

@@ -133,16 +133,17 @@ pub struct LinkTally {
 pub struct UnusedTally {
     /// Bytes the direction offered: what it transmitted plus what went unused.
     pub offered: u64,
-    /// Bytes that went unused.
+    /// Bytes that went unused (up to the last sample).
     pub unused: u64,
     /// Of those, by the sending engine's state ([`UnusedCause`]). Mode late; the rest
     /// (the first interval, mode early) is not attributed.
     pub by_cause: [u64; UnusedCause::COUNT],
-    /// The direction's unused bytes at the last sample.
-    last: u64,
     /// The sending engine's state at the last sample.
     cause: Option<UnusedCause>,
 }
+
+/// One engine at a sample: its link views and the bytes waiting above its binding point.
+type EngineSample = (Vec<latebind_proto::LinkView>, usize);
 
 /// What kept a link direction idle, as its sending engine stood (see [`UnusedTally`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -599,10 +600,7 @@ impl World {
                 next.max(self.now)
             };
             if t.as_nanos() / CC_SAMPLE.as_nanos() != self.now.as_nanos() / CC_SAMPLE.as_nanos() {
-                self.sample_rate_control(t);
-                if t <= self.end {
-                    self.sample_unused(t);
-                }
+                self.sample_links(t);
             }
             if t.as_secs() != self.now.as_secs() && self.now < self.end {
                 self.sample_data_sent(t.min(self.end));
@@ -715,17 +713,16 @@ impl World {
     }
 
     /// Adds one sample of every link's rate-control state to the tallies.
-    fn sample_rate_control(&mut self, t: Duration) {
-        for (side, e) in [&self.client, &self.server].into_iter().enumerate() {
-            let Some(e) = e else { continue };
-            let views = e.link_views(now_i(t));
+    fn sample_rate_control(&mut self, engines: &[Option<EngineSample>; 2]) {
+        for (side, e) in engines.iter().enumerate() {
+            let Some((views, queued)) = e else { continue };
             if views
                 .iter()
                 .any(|v| v.state == latebind_proto::LinkState::Up)
             {
                 let b = &mut self.backlog[side];
                 b.samples += 1;
-                b.short += u64::from(e.queued_bytes() <= 2 * 1500);
+                b.short += u64::from(*queued <= 2 * 1500);
             }
             for v in views {
                 let Some(l) = self.links.get_mut(usize::from(v.id.0)) else {
@@ -748,27 +745,35 @@ impl World {
         }
     }
 
+    /// Every [`CC_SAMPLE`]: both engines' link views and queued bytes, taken once for
+    /// rate control's tallies and, up to the run's end, the unused capacity's.
+    fn sample_links(&mut self, t: Duration) {
+        let engines = [&self.client, &self.server].map(|e| {
+            e.as_ref()
+                .map(|e| (e.link_views(now_i(t)), e.queued_bytes()))
+        });
+        self.sample_rate_control(&engines);
+        if t <= self.end {
+            self.sample_unused(t, &engines);
+        }
+    }
+
     /// Adds each link direction's capacity unused since the last sample to the cause
     /// its sending engine showed then, and notes the engine's state of now.
-    fn sample_unused(&mut self, t: Duration) {
-        let engines = [&self.client, &self.server];
-        let views: [Vec<latebind_proto::LinkView>; 2] =
-            engines.map(|e| e.as_ref().map_or_else(Vec::new, |e| e.link_views(now_i(t))));
-        let waiting = engines.map(|e| e.as_ref().map(|e| e.queued_bytes() > 0));
+    fn sample_unused(&mut self, t: Duration, engines: &[Option<EngineSample>; 2]) {
         for (i, l) in self.links.iter_mut().enumerate() {
             for (side, dir) in [&l.up, &l.down].into_iter().enumerate() {
                 let u = &mut l.tally.unused[side];
                 let unused = dir.unused_bytes(t);
                 if let Some(cause) = u.cause {
-                    u.by_cause[cause as usize] += unused - u.last;
+                    u.by_cause[cause as usize] += unused - u.unused;
                 }
-                u.last = unused;
                 u.unused = unused;
                 u.offered = unused + dir.stats().bytes_transmitted;
-                u.cause = waiting[side].map(|waiting| {
-                    let view = views[side].iter().find(|v| usize::from(v.id.0) == i);
+                u.cause = engines[side].as_ref().map(|(views, queued)| {
+                    let view = views.iter().find(|v| usize::from(v.id.0) == i);
                     match view {
-                        _ if !waiting => UnusedCause::NothingWaiting,
+                        _ if *queued == 0 => UnusedCause::NothingWaiting,
                         Some(v) if v.state == latebind_proto::LinkState::Up => {
                             if v.cwnd > 0 && v.bytes_in_flight + 1500 >= v.cwnd {
                                 UnusedCause::Window
