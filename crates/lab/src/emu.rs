@@ -165,6 +165,11 @@ pub struct EmuSpec {
     /// `base_ns` (each model's origin is `warmup_ns`).
     #[serde(default)]
     pub warmup_ns: u64,
+    /// `CLOCK_MONOTONIC` (ns) of the start and the end of the window over which each
+    /// direction's offered and unused capacity is counted ([`DirectionStats::window`]):
+    /// the scenario's run, without the warmup before it and the drain after it.
+    #[serde(default)]
+    pub window_ns: Option<[u64; 2]>,
 }
 
 fn yes() -> bool {
@@ -224,6 +229,20 @@ pub struct DirectionStats {
     /// From the kernel's receive timestamp to the emulator reading the frame, µs
     /// (compensated: the model sees the kernel's time).
     pub read_delay_us: Percentiles,
+    /// Over the spec's `window_ns`: what the model offered and what of it went unused
+    /// (`LinkDirection::unused_bytes`), when the emulator ran through the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<CapacityWindow>,
+}
+
+/// A direction's capacity over a window of time, bytes.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct CapacityWindow {
+    /// What the model offered: what it transmitted plus what passed unused.
+    pub offered_bytes: u64,
+    /// What passed unused: idle time at a fixed rate, a trace's opportunities while
+    /// nothing waited.
+    pub unused_bytes: u64,
 }
 
 /// Counters of one link.
@@ -443,6 +462,9 @@ struct Dir {
     stats: DirectionStats,
     lateness_ns: Vec<u64>,
     read_delay_ns: Vec<u64>,
+    /// The model's unused and transmitted bytes at the start and the end of the spec's
+    /// `window_ns`, once the emulator has passed them.
+    window: [Option<(u64, u64)>; 2],
 }
 
 struct Log {
@@ -509,6 +531,7 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
                 stats: DirectionStats::default(),
                 lateness_ns: Vec::new(),
                 read_delay_ns: Vec::new(),
+                window: [None; 2],
             });
         }
     }
@@ -594,6 +617,19 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
         for d in &mut dirs {
             drive(d, &sockets, now, base, &mut log, &spec.links[d.link].name);
         }
+        if let Some(edges) = spec.window_ns {
+            for (i, edge) in edges.into_iter().enumerate() {
+                if now < edge {
+                    continue;
+                }
+                for d in &mut dirs {
+                    d.window[i].get_or_insert_with(|| {
+                        let m = &d.model;
+                        (m.unused_bytes(scn(now, base)), m.stats().bytes_transmitted)
+                    });
+                }
+            }
+        }
         if stop || spec.until_ns.is_some_and(|u| now >= u) {
             break;
         }
@@ -613,6 +649,10 @@ pub fn run(spec: &EmuSpec, cmdline: &str) -> Result<EmuStats> {
                 let mut wake = next.map_or(u64::MAX, |n| n - early);
                 if let Some(u) = spec.until_ns {
                     wake = wake.min(u);
+                }
+                // The window's edges are taken on time even on idle links.
+                if let Some(edge) = spec.window_ns.into_iter().flatten().find(|&e| e > now) {
+                    wake = wake.min(edge);
                 }
                 if wake != u64::MAX && wake != armed_at {
                     timer.arm_at(wake)?;
@@ -853,6 +893,12 @@ fn collect_stats(spec: &EmuSpec, dirs: Vec<Dir>, end: Duration, socket_drops: u6
         d.stats.max_backlog = m.max_backlog;
         d.stats.lateness_us = us(&d.lateness_ns);
         d.stats.read_delay_us = us(&d.read_delay_ns);
+        if let [Some((u0, t0)), Some((u1, t1))] = d.window {
+            d.stats.window = Some(CapacityWindow {
+                offered_bytes: (u1 + t1).saturating_sub(u0 + t0),
+                unused_bytes: u1.saturating_sub(u0),
+            });
+        }
         all.extend_from_slice(&d.lateness_ns);
         let l = &mut links[d.link];
         if d.up {
@@ -922,6 +968,7 @@ mod tests {
             cpu_latency_qos: true,
             rt_priority: Some(50),
             warmup_ns: 0,
+            window_ns: Some([1, 2]),
         };
         let json = serde_json::to_string(&spec).unwrap();
         let back: EmuSpec = serde_json::from_str(&json).unwrap();

@@ -577,6 +577,7 @@ pub fn evaluate(exe: &std::path::Path, opts: &EvalOptions) -> Result<Vec<EvalRow
         // its deliveries (as the lab runner does with --rt-priority).
         rt_priority: Some(60),
         warmup_ns: 0,
+        window_ns: None,
     };
     let spec_path = dir.join("emu-spec.json");
     std::fs::write(&spec_path, serde_json::to_string_pretty(&spec)?)?;

@@ -77,7 +77,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use latebind_sim::Scenario;
 use latebind_sim::cuts::{self, FlowCuts, cut_reports};
-use latebind_sim::report::{LinkReport, Report, SimReport, Totals};
+use latebind_sim::report::{LinkReport, Report, SimReport, Totals, UnusedReport};
 use serde::{Deserialize, Serialize};
 
 use latebind_daemon::status::Status;
@@ -627,6 +627,7 @@ fn run_mode(
     let emu_spec = EmuSpec {
         base_ns: base,
         until_ns: Some(base + secs_ns(end_s + 0.5)),
+        window_ns: Some([base, base + secs_ns(duration_s)]),
         spin_us: opts.spin_us,
         links: emu_links,
         stats_path: Some(emu_stats_path.clone()),
@@ -1208,8 +1209,17 @@ fn run_mode(
                 // Not measured: a fixed-rate uplink queues in the client's htb qdisc,
                 // which the emulator does not see; the flows' latency is the measure.
                 network_delay_ms: None,
-                // Simulator only: the engines' state at each instant is not sampled.
-                unused_capacity: None,
+                // What the emulator's models left unused over the scenario's run; not
+                // why (the engines' state is not sampled), and not the uplink of a link
+                // shaped at the client (htb), which the emulator does not see.
+                unused_capacity: Some([
+                    e.up.window
+                        .filter(|_| !shaped[i])
+                        .map(|w| UnusedReport::share(w.offered_bytes, w.unused_bytes)),
+                    e.down
+                        .window
+                        .map(|w| UnusedReport::share(w.offered_bytes, w.unused_bytes)),
+                ]),
             }
         })
         .collect();

@@ -63,6 +63,7 @@ fn run_link(
         cpu_latency_qos: true,
         rt_priority: Some(50),
         warmup_ns: 0,
+        window_ns: Some([base + (start_s * 1e9) as u64, base + (stop_s * 1e9) as u64]),
     };
     let spec_path = dir.join("emu-spec.json");
     std::fs::write(&spec_path, serde_json::to_string(&spec).unwrap()).unwrap();
@@ -231,6 +232,12 @@ fn emulated_loss_drops_a_tenth() {
         lost, o.emu.links[0].up.lost_random,
         "every loss is the model's"
     );
+    // Over the sending's second, the 1 Gbit/s uplink offered 125 MB and the 1.6 Mbit/s
+    // of packets used a 625th of it.
+    let w = o.emu.links[0].up.window.expect("the window was passed");
+    let offered = w.offered_bytes as f64;
+    assert!((offered - 125e6).abs() < 0.03 * 125e6, "{w:?}");
+    assert!(w.unused_bytes as f64 > 0.99 * offered, "{w:?}");
 }
 
 #[test]
@@ -267,6 +274,12 @@ fn emulated_outage_drops_traffic_for_its_interval() {
         // to an edge moves it (a CI run saw 488 ms).
         if (o.recv.max_gap_ms - 500.0).abs() >= 15.0 {
             return Err(format!("gap {} ms", o.recv.max_gap_ms));
+        }
+        // From 0.5 to 2.0 s the 1 Gbit/s uplink was out for 0.5 s: it offered 125 MB
+        // (an outage offers nothing).
+        let w = up.window.ok_or("no capacity window")?;
+        if (w.offered_bytes as f64 - 125e6).abs() >= 0.03 * 125e6 {
+            return Err(format!("offered {w:?}, expected 125 MB"));
         }
         Ok(())
     };

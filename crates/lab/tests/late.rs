@@ -390,6 +390,7 @@ fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
 /// bufferbloat.toml for 8 s. After its first round trip the download goes as
 /// DATA_COMPACT, each datagram over 30 bytes shorter than DATA's, and every packet
 /// expands (a wrong byte would fail the inner TCP's checksum and stall the download).
+/// The report also carries the emulator's count of each direction's unused capacity.
 #[test]
 fn a_download_goes_compact_and_every_packet_comes_out_whole() {
     if !common::root_or_skip("a_download_goes_compact_and_every_packet_comes_out_whole") {
@@ -415,6 +416,19 @@ fn a_download_goes_compact_and_every_packet_comes_out_whole() {
     assert!(e.compact_sent[0] > 0, "{e:?}");
     assert_eq!(e.compact_undecodable, 0, "{e:?}");
     assert_eq!(e.malformed, 0, "{e:?}");
+    // The emulator's count of the capacity left unused over the run: the download
+    // fills the downlink but for its first round trips; the uplink carries only
+    // acknowledgements.
+    let link = &out.report.links[0];
+    let [Some(up), Some(down)] = link.unused_capacity.clone().expect("the lab's share") else {
+        panic!("both directions: {:?}", link.unused_capacity);
+    };
+    assert!(down.pct < 20.0, "{down:?}");
+    assert!(up.pct > 80.0, "{up:?}");
+    assert!(
+        down.nothing_waiting_pct.is_none(),
+        "the lab gives no causes: {down:?}"
+    );
 }
 
 /// The client sends its handshake initiation on every link, all copies naming its first

@@ -100,9 +100,10 @@ pub struct LinkReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_delay_ms: Option<[LatencyReport; 2]>,
     /// The capacity each direction offered over the run that went unused, client ->
-    /// server and server -> client, and what kept the link idle then. Simulator only.
+    /// server and server -> client, and what kept the link idle then (simulator; the
+    /// lab gives the share alone, and none for an uplink it shapes at the client).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unused_capacity: Option<[UnusedReport; 2]>,
+    pub unused_capacity: Option<[Option<UnusedReport>; 2]>,
 }
 
 /// One direction's unused capacity over the run (see `world::UnusedTally`).
@@ -136,9 +137,25 @@ pub struct UnusedReport {
     pub elsewhere_pct: Option<f64>,
 }
 
+fn pct(part: u64, of: u64) -> f64 {
+    round3(part as f64 * 100.0 / of.max(1) as f64)
+}
+
 impl UnusedReport {
+    /// The unused share of what was offered, without its causes.
+    pub fn share(offered: u64, unused: u64) -> Self {
+        Self {
+            pct: pct(unused, offered),
+            nothing_waiting_pct: None,
+            not_up_pct: None,
+            window_pct: None,
+            budget_pct: None,
+            pacer_pct: None,
+            elsewhere_pct: None,
+        }
+    }
+
     fn of(t: &UnusedTally, late: bool) -> Self {
-        let pct = |part: u64, of: u64| round3(part as f64 * 100.0 / of.max(1) as f64);
         let share = |c: UnusedCause| late.then(|| pct(t.by_cause[c as usize], t.unused));
         Self {
             pct: pct(t.unused, t.offered),
@@ -401,7 +418,7 @@ impl Report {
                     unused_capacity: Some(
                         t.unused
                             .each_ref()
-                            .map(|u| UnusedReport::of(u, outcome.mode == Mode::Late)),
+                            .map(|u| Some(UnusedReport::of(u, outcome.mode == Mode::Late))),
                     ),
                     data_sent,
                     data_sent_per_s: if t.data_sent_by_s.is_empty() {
@@ -605,6 +622,7 @@ impl Report {
                 continue;
             };
             for (u, dir) in u.iter().zip(["up", "down"]) {
+                let Some(u) = u else { continue };
                 let share =
                     |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
                 let _ = writeln!(

@@ -245,7 +245,9 @@ rate_mbps = {rate}
     };
     for mode in [Mode::Late, Mode::Early] {
         let r = run(&load(&text(4.0)), mode).unwrap();
-        let [up, down] = r.links[0].unused_capacity.clone().expect("simulator");
+        let [Some(up), Some(down)] = r.links[0].unused_capacity.clone().expect("simulator") else {
+            panic!("both directions");
+        };
         // 4 Mb/s of payload and its headers on a 10 Mb/s link.
         assert!(up.pct > 50.0 && up.pct <= 60.5, "{mode:?}: {up:?}");
         assert!(down.pct > 95.0, "{mode:?}: {down:?}");
@@ -258,7 +260,9 @@ rate_mbps = {rate}
         }
     }
     let r = run(&load(&text(20.0)), Mode::Late).unwrap();
-    let [up, _] = r.links[0].unused_capacity.clone().expect("simulator");
+    let [Some(up), _] = r.links[0].unused_capacity.clone().expect("simulator") else {
+        panic!("the uplink");
+    };
     assert!(up.pct < 5.0, "{up:?}");
     let waiting = 100.0 - up.nothing_waiting_pct.unwrap();
     assert!(waiting > 50.0, "{up:?}");
