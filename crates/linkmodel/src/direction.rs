@@ -326,11 +326,29 @@ impl<T> LinkDirection<T> {
             Rate::Fixed { bits_per_sec } => self.idle_since.map_or(0, |since| {
                 (now.saturating_sub(since).as_secs_f64() * bits_per_sec / 8.0) as u64
             }),
-            Rate::Trace(trace) => {
-                let k = trace.first_at_or_after(now.saturating_add(self.trace_shift));
-                k.saturating_sub(self.cursor) * OPPORTUNITY_BYTES as u64
+            Rate::Trace(_) => {
+                self.opportunities_passed(now)
+                    .map_or(0, |k| k - self.cursor)
+                    * OPPORTUNITY_BYTES as u64
             }
         }
+    }
+
+    /// Trace: the first opportunity at or after `at`, when some after the cursor came
+    /// before `at` (they passed while nothing waited).
+    fn opportunities_passed(&self, at: Duration) -> Option<u64> {
+        let Rate::Trace(trace) = &self.params.rate else {
+            return None;
+        };
+        if trace
+            .offset_of(self.cursor)
+            .saturating_sub(self.trace_shift)
+            >= at
+        {
+            return None;
+        }
+        let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
+        (k > self.cursor).then_some(k)
     }
 
     /// The link starts serving, or goes out, at `at`: what it offered since it went
@@ -347,19 +365,11 @@ impl<T> LinkDirection<T> {
     /// Trace: moves the cursor past the opportunities before `at` (they passed while
     /// nothing waited) and returns how many it skipped.
     fn skip_opportunities(&mut self, at: Duration) -> u64 {
-        let Rate::Trace(trace) = &self.params.rate else {
+        let Some(k) = self.opportunities_passed(at) else {
             return 0;
         };
-        if trace
-            .offset_of(self.cursor)
-            .saturating_sub(self.trace_shift)
-            >= at
-        {
-            return 0;
-        }
-        let k = trace.first_at_or_after(at.saturating_add(self.trace_shift));
-        let skipped = k.saturating_sub(self.cursor);
-        self.cursor = self.cursor.max(k);
+        let skipped = k - self.cursor;
+        self.cursor = k;
         skipped
     }
 

@@ -9,13 +9,13 @@ fn load(text: &str) -> Scenario {
     Scenario::from_str(text, &dir).unwrap_or_else(|e| panic!("{e}"))
 }
 
-#[test]
-fn udp_cbr_below_link_rate_arrives_whole_after_propagation_delay() {
-    let s = load(
+/// One UDP CBR flow of `rate_mbps` (uplink) over one 10 Mb/s link with 20 ms of delay.
+fn cbr_over_10_mbps(rate_mbps: f64, duration_s: f64) -> Scenario {
+    load(&format!(
         r#"
 [scenario]
 name = "cbr"
-duration_s = 3.0
+duration_s = {duration_s}
 [[links]]
 name = "a"
 rate_mbps = 10.0
@@ -23,9 +23,14 @@ delay_ms = 20.0
 [[flows]]
 name = "cbr"
 kind = "udp-cbr"
-rate_mbps = 4.0
-"#,
-    );
+rate_mbps = {rate_mbps}
+"#
+    ))
+}
+
+#[test]
+fn udp_cbr_below_link_rate_arrives_whole_after_propagation_delay() {
+    let s = cbr_over_10_mbps(4.0, 3.0);
     for mode in [Mode::Late, Mode::Early] {
         let r = run(&s, mode).unwrap();
         let f = &r.flows[0];
@@ -226,25 +231,8 @@ fn a_tcp_flow_reports_its_stall_at_the_cut_and_no_loss_figure() {
 /// has packets waiting.
 #[test]
 fn unused_capacity_is_measured_and_attributed_to_the_sender() {
-    let text = |rate: f64| {
-        format!(
-            r#"
-[scenario]
-name = "unused"
-duration_s = 5.0
-[[links]]
-name = "a"
-rate_mbps = 10.0
-delay_ms = 20.0
-[[flows]]
-name = "cbr"
-kind = "udp-cbr"
-rate_mbps = {rate}
-"#
-        )
-    };
     for mode in [Mode::Late, Mode::Early] {
-        let r = run(&load(&text(4.0)), mode).unwrap();
+        let r = run(&cbr_over_10_mbps(4.0, 5.0), mode).unwrap();
         let [Some(up), Some(down)] = r.links[0].unused_capacity.clone().expect("simulator") else {
             panic!("both directions");
         };
@@ -259,7 +247,7 @@ rate_mbps = {rate}
             _ => assert!(up.nothing_waiting_pct.is_none(), "{up:?}"),
         }
     }
-    let r = run(&load(&text(20.0)), Mode::Late).unwrap();
+    let r = run(&cbr_over_10_mbps(20.0, 5.0), Mode::Late).unwrap();
     let [Some(up), _] = r.links[0].unused_capacity.clone().expect("simulator") else {
         panic!("the uplink");
     };
