@@ -176,12 +176,50 @@ impl MinRtt {
     /// Expected time from now until `len` bytes bound to `link` arrive at the peer, in
     /// nanoseconds: the wait for the pacer or for the packets already below the binding
     /// point to drain, whichever is longer, plus the packet's own transmission time, plus
-    /// half the smoothed RTT. The drain rate is the local interface's measured rate; when
-    /// it is unknown (the interface never backed up) draining counts as instantaneous. The
-    /// acknowledgement-based delivery rate is not used: measured over probes alone it is
-    /// application-limited and would make an idle link look seconds slow.
+    /// the forward path's delay ([`Self::forward_rtt`], halved). Both drain at
+    /// [`Self::drain_rate`], the link's bottleneck as far as the sender knows it; when
+    /// that is unknown draining counts as instantaneous.
     pub fn expected_delivery_ns(now: Instant, len: usize, link: &LinkView) -> u64 {
-        Self::delivery_at_rate_ns(now, len, link, link.tx_rate, link.srtt)
+        Self::delivery_at_rate_ns(
+            now,
+            len,
+            link,
+            Self::drain_rate(link),
+            Self::forward_rtt(link),
+        )
+    }
+
+    /// Twice the forward path's delay as far as rate control has measured the two
+    /// directions: the smoothed RTT with the forward queue counted whole and the way
+    /// back's queue not at all (`srtt + queue_delay - return_delay`, at least the minimum
+    /// RTT). Half the smoothed RTT counts half of each queue: a download's packets wait
+    /// at the bottleneck for all of its queue, their acknowledgements for none of it.
+    /// Without rate control both queues read zero and this is the smoothed RTT.
+    #[inline]
+    pub fn forward_rtt(l: &LinkView) -> Duration {
+        (l.srtt + l.queue_delay)
+            .saturating_sub(l.return_delay)
+            .max(l.min_rtt)
+    }
+
+    /// The rate at which a link takes packets, bytes per second (0: unknown): the slower
+    /// of the local interface's measured rate and the rate the link's window allows
+    /// (rate control's share of the bottleneck). A link whose bottleneck is in the
+    /// network (a download's, or a modem's buffer) drains at the latter however fast its
+    /// interface is: counted at the interface's rate alone, a packet's time at a 2 Mbit/s
+    /// bottleneck (6 ms) was left out, and only half the queue there (in half the
+    /// smoothed RTT) counted, so a bulk download took a 2 Mbit/s link 5 ms away over a
+    /// 20 Mbit/s one 20 ms away, where the same upload did not (`docs/RESULTS.md` 8.4).
+    /// The acknowledgement-based delivery rate is not used: measured over probes alone it
+    /// is application-limited and would make an idle link look seconds slow.
+    #[inline]
+    pub fn drain_rate(l: &LinkView) -> f64 {
+        match (l.tx_rate > 0.0, l.cc_rate > 0.0) {
+            (true, true) => l.tx_rate.min(l.cc_rate),
+            (true, false) => l.tx_rate,
+            (false, true) => l.cc_rate,
+            (false, false) => 0.0,
+        }
     }
 
     /// [`Self::expected_delivery_ns`] with the interface sending at `rate` bytes per
@@ -222,6 +260,23 @@ impl MinRtt {
             0
         };
         Self::expected_delivery_ns(now, len, link).saturating_add(var)
+    }
+
+    /// When the last byte of a flow's backlog (`packet.backlog`, the packet at its head
+    /// included) would arrive if the whole of it went on `link`: the head packet's
+    /// [`Self::expected_delivery_ns`] plus the rest at the link's [`Self::drain_rate`].
+    /// The flow's throughput follows this, not the head packet's delivery: a bulk flow
+    /// judged by its head packet alone stays on a 2 Mbit/s link 2 ms away beside a
+    /// 50 Mbit/s one 20 ms away, since each packet in turn arrives sooner there
+    /// (`docs/RESULTS.md` 8.4).
+    pub fn backlog_delivery_ns(now: Instant, packet: &PacketMeta, link: &LinkView) -> u64 {
+        let head = Self::expected_delivery_ns(now, packet.len, link);
+        let rate = Self::drain_rate(link);
+        if rate <= 0.0 {
+            return head;
+        }
+        let rest = packet.backlog.saturating_sub(packet.len) as f64 * 1e9 / rate;
+        head.saturating_add(rest as u64)
     }
 
     /// [`Self::expected_delivery_ns`] as a duration.
@@ -306,20 +361,20 @@ impl BindPolicy for MinRtt {
     }
 
     fn bind(&mut self, now: Instant, packet: &PacketMeta, links: &[LinkView]) -> Binding {
-        // The minimum over `usable(links)` of (expected delivery, id), in one pass: the
-        // best primary link that is up and, as long as there is none, the best backup.
+        // The minimum over `usable(links)` of (delivery, id), in one pass: the best
+        // primary link that is up and, as long as there is none, the best backup.
         let mut primary: Option<(u64, LinkId, &LinkView)> = None;
         let mut backup: Option<(u64, LinkId, &LinkView)> = None;
         // A packet of a sparse flow (less than a full-size packet waits, this one
         // included), a reinjection, or a latency-sensitive flow's is judged by when it
-        // would surely arrive; a flow with a backlog by the expected delivery, which is
-        // what its throughput follows.
+        // would surely arrive; a flow with a backlog by when its backlog would have
+        // arrived, which is what its throughput follows.
         let sure = packet.latency_sensitive || packet.backlog <= SPARSE_BACKLOG;
         let delivery = |l: &LinkView| {
             if sure {
                 Self::likely_delivery_ns(now, packet.len, l)
             } else {
-                Self::expected_delivery_ns(now, packet.len, l)
+                Self::backlog_delivery_ns(now, packet, l)
             }
         };
         for l in links {
@@ -338,10 +393,31 @@ impl BindPolicy for MinRtt {
                 }
             }
         }
-        match primary.or(backup) {
-            Some((_, id, l)) if l.has_room(now) => Binding::Link(id),
-            _ => Binding::Wait,
+        let Some((_, id, home)) = primary.or(backup) else {
+            return Binding::Wait;
+        };
+        if home.has_room(now) {
+            return Binding::Link(id);
         }
+        if sure {
+            return Binding::Wait;
+        }
+        // The flow's link is full: the packet at the head goes on a link of the same kind
+        // (primary, or backup when no primary is up) that has room, if it arrives there
+        // sooner than through the flow's link once that has room (two links of nearly
+        // the same delay thus share a flow's backlog, as before the backlog counted).
+        let via_home = Self::expected_delivery_ns(now, packet.len, home);
+        let mut spill: Option<(u64, LinkId)> = None;
+        for l in links {
+            if l.state != LinkState::Up || l.backup != home.backup || !l.has_room(now) {
+                continue;
+            }
+            let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
+            if key.0 < via_home && spill.is_none_or(|s| key < s) {
+                spill = Some(key);
+            }
+        }
+        spill.map_or(Binding::Wait, |(_, id)| Binding::Link(id))
     }
 }
 
@@ -362,12 +438,8 @@ impl Aggregate {
     /// is in the network drains at the latter however fast its interface is), else the
     /// acknowledged delivery rate, else unknown (0).
     fn rate(l: &LinkView) -> f64 {
-        match (l.tx_rate > 0.0, l.cc_rate > 0.0) {
-            (true, true) => l.tx_rate.min(l.cc_rate),
-            (true, false) => l.tx_rate,
-            (false, true) => l.cc_rate,
-            (false, false) => l.delivery_rate,
-        }
+        let r = MinRtt::drain_rate(l);
+        if r > 0.0 { r } else { l.delivery_rate }
     }
 
     /// When a packet bound to `link` now would arrive: [`MinRtt::expected_delivery_ns`],
@@ -789,6 +861,122 @@ mod tests {
     fn full_best_link_waits_rather_than_spill_to_much_slower_link() {
         let links = [view(0, 100, 2), view(1, 140, 0)];
         assert_eq!(MinRtt.bind(Instant::ZERO, &meta(), &links), Binding::Wait);
+    }
+
+    /// A link whose bottleneck is in the network (its interface never backs up), at
+    /// `mbps` as rate control has it, `rtt_ms` of smoothed RTT.
+    fn network_bottleneck(id: u16, rtt_ms: u64, mbps: f64) -> LinkView {
+        LinkView {
+            tx_rate: 0.0,
+            cc_rate: mbps * 1e6 / 8.0,
+            ..view(id, rtt_ms, 0)
+        }
+    }
+
+    #[test]
+    fn a_packet_counts_its_time_at_a_bottleneck_in_the_network_and_the_queue_there() {
+        let near = network_bottleneck(0, 4, 2.0);
+        // 2 ms one way and 1400 bytes at 2 Mbit/s (5.6 ms).
+        assert_eq!(
+            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &near),
+            7_600_000
+        );
+        // A standing queue of 10 ms at the bottleneck: the packet waits for all of it,
+        // its acknowledgement for none; the smoothed RTT holds it once.
+        let queued = LinkView {
+            srtt: Duration::from_millis(14),
+            queue_delay: Duration::from_millis(10),
+            ..near
+        };
+        assert_eq!(
+            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &queued),
+            17_600_000
+        );
+        // The way back's queue is the acknowledgements' and not the packet's.
+        let back = LinkView {
+            srtt: Duration::from_millis(14),
+            return_delay: Duration::from_millis(10),
+            ..near
+        };
+        assert_eq!(
+            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &back),
+            7_600_000
+        );
+        // The interface's rate counts when it is the slower.
+        let slow_interface = LinkView {
+            tx_rate: 125_000.0,
+            ..near
+        };
+        assert_eq!(
+            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &slow_interface),
+            13_200_000
+        );
+    }
+
+    /// A 2 Mbit/s link 2 ms away and a 50 Mbit/s one 20 ms away: a sparse flow's packet
+    /// arrives sooner on the near one, a bulk flow's backlog through the far one (30 KB:
+    /// 122 ms at 2 Mbit/s, 25 ms at 50). Judged by its head packet alone, the bulk flow
+    /// stayed on the near link at 2 Mbit/s.
+    #[test]
+    fn a_bulk_flow_goes_where_its_backlog_arrives_soonest_a_sparse_one_where_its_packet_does() {
+        let links = [
+            network_bottleneck(0, 4, 2.0),
+            network_bottleneck(1, 40, 50.0),
+        ];
+        let sparse = PacketMeta {
+            len: 200,
+            ..meta_backlog(200)
+        };
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &sparse, &links),
+            Binding::Link(LinkId(0))
+        );
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &meta_backlog(30_000), &links),
+            Binding::Link(LinkId(1))
+        );
+        // A backlog of two packets still arrives sooner through the near link.
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &meta_backlog(2800), &links),
+            Binding::Link(LinkId(0))
+        );
+    }
+
+    /// The bulk flow's link full: its head packet goes on a link with room only where it
+    /// arrives sooner than through the full link once that has room.
+    #[test]
+    fn a_bulk_flow_whose_link_is_full_spills_only_where_its_packet_arrives_sooner() {
+        let bulk = meta_backlog(30_000);
+        let full = |l: LinkView, ms: u64| LinkView {
+            below_binding: l.budget,
+            pacer_next: Instant::from_nanos(ms * 1_000_000),
+            ..l
+        };
+        // The far link frees up in 1 ms; the near one would deliver in 7.6 ms against its
+        // 21.2: it takes the packet.
+        let links = [
+            network_bottleneck(0, 4, 2.0),
+            full(network_bottleneck(1, 40, 50.0), 1),
+        ];
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &bulk, &links),
+            Binding::Link(LinkId(0))
+        );
+        // A link 30 ms away delivers later than the full one: the packet waits.
+        let links = [
+            network_bottleneck(0, 60, 2.0),
+            full(network_bottleneck(1, 40, 50.0), 1),
+        ];
+        assert_eq!(MinRtt.bind(Instant::ZERO, &bulk, &links), Binding::Wait);
+        // A sparse flow's packet waits for the link where it surely arrives soonest.
+        let links = [
+            network_bottleneck(0, 40, 2.0),
+            full(network_bottleneck(1, 4, 50.0), 1),
+        ];
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &meta_backlog(1400), &links),
+            Binding::Wait
+        );
     }
 
     #[test]

@@ -212,14 +212,14 @@ fn udp_stream_over_two_links_delivered_once_in_order() {
 
 // ---- 3. Reordering ----
 
-/// Link 0: 5 ms, 0.5 Mbit/s (full almost at once). Link 1: 25 ms, 20 Mbit/s. min-rtt fills
-/// link 0 and spills to link 1, so packets bound later on link 1 overtake earlier ones
-/// still serializing on link 0. The flow sends bursts of 10 packets every 20 ms, so it has
-/// a backlog (a sparse flow's lone packets are kept off a link whose delay varies).
+/// Link 0: 5 ms, 1 Mbit/s. Link 1: 25 ms, 20 Mbit/s. The flow sends bursts of 10 packets
+/// every 20 ms. min-rtt sends a burst's head on link 1 (the whole burst would arrive later
+/// through link 0) and its tail, once little waits, on link 0, so packets bound later on
+/// link 0 overtake earlier ones on link 1.
 #[test]
 fn reordering_across_links_is_repaired() {
     let mut pair = PairBuilder::new()
-        .link(LinkSpec::new(ms(5)).rate_bps(0.5e6))
+        .link(LinkSpec::new(ms(5)).rate_bps(1e6))
         .link(LinkSpec::new(ms(25)).rate_bps(20e6))
         .build();
     let flow = FlowSpec::bulk(6000, 472);
@@ -916,7 +916,7 @@ fn duplicate_and_garbage_datagrams_dropped_and_counted() {
 fn same_inputs_same_outputs() {
     let run = || {
         let mut pair = PairBuilder::new()
-            .link(LinkSpec::new(ms(5)).rate_bps(0.5e6))
+            .link(LinkSpec::new(ms(5)).rate_bps(1e6))
             .link(LinkSpec::new(ms(25)).rate_bps(20e6))
             .link(LinkSpec::new(ms(40)).down_delay(ms(60)).rate_bps(5e6))
             .drop_fn(Box::new({
