@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""One bulk TCP flow under a binding policy (default min-rtt) over link mixes the
+scenario files were not written for, in the simulator, with one build or two side by
+side (docs/RESULTS.md 8.4).
+
+  scripts/policy-sweep.py grid   [--policy P] BIN [BIN_B]
+  scripts/policy-sweep.py random [--policy P] [--seed S] [--runs N] BIN [BIN_B]
+
+grid: two links, a slow one near (1, 2 or 5 Mbit/s at 2 or 10 ms one way) and a fast
+one farther (10 or 50 Mbit/s at 20 or 40 ms), the flow up and down, 15 s, 1000-packet
+FIFOs: the flow's goodput and its share of the fast link's rate; last, per build, the
+mean share and how many mixes got under half the fast link.
+
+random: N (default 40) mixes drawn with seed S (default 11): two or three links of
+1-50 Mbit/s (times 0.7-1.3), 2-80 ms one way (times 0.8-1.2), loss 0, 0.1 or 1 %,
+jitter 0 or 1 ms, the flow up or down, and beside it a probe (100-byte packets every
+20 ms) whose one-way latency p50 / p99 is printed. With two builds, last: the geometric
+means of B over A for the bulk goodput and the probe's p50 and p99, and the counts of
+mixes where either moved by more than 10 % (bulk) or 5 ms (probe p50).
+
+BIN is a `latebind` binary (e.g. target/release/latebind, or a copy of an earlier build).
+"""
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+
+def scenario(links, direction, policy, probe, duration=15.0):
+    s = f'[scenario]\nname = "policy-sweep"\nduration_s = {duration}\nseed = 1\n'
+    for i, (rate, delay, loss, jitter) in enumerate(links):
+        s += (f'[[links]]\nname = "l{i}"\nrate_mbps = {rate}\ndelay_ms = {delay}\n'
+              f'queue_packets = 1000\nloss = {loss}\njitter_ms = {jitter}\n')
+    s += f'[[flows]]\nname = "bulk"\nkind = "tcp-bulk"\ndirection = "{direction}"\n'
+    if probe:
+        s += (f'[[flows]]\nname = "probe"\nkind = "udp-cbr"\ndirection = "{direction}"\n'
+              'rate_mbps = 0.04\npacket_bytes = 100\nstart_s = 1.0\n')
+    s += f'[late]\npolicy = "{policy}"\n'
+    return s
+
+
+def run(binary, text):
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(text)
+        path = f.name
+    try:
+        out = subprocess.run([binary, "sim", path, "--mode", "late", "--json"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"policy-sweep: {binary} sim failed: {out.stderr.strip()}")
+        return {f["name"]: f for f in json.loads(out.stdout)["flows"]}
+    finally:
+        os.unlink(path)
+
+
+def grid(bins, policy):
+    shares = {b: [] for b in bins}
+    for d, (r1, d1), (r2, d2) in itertools.product(
+            ["up", "down"], itertools.product([1, 2, 5], [2, 10]),
+            itertools.product([10, 50], [20, 40])):
+        text = scenario([(r1, d1, 0, 0), (r2, d2, 0, 0)], d, policy, probe=False)
+        line = f"{d:4} {r1}M/{d1}ms + {r2}M/{d2}ms |"
+        for b in bins:
+            f = run(b, text)["bulk"]
+            g = f["goodput_mbps"]
+            shares[b].append(g / r2)
+            line += f" {g:6.2f} Mb/s ({g / r2:.2f}) p50 {f['latency_ms']['p50']:.0f} ms |"
+        print(line, flush=True)
+    for b in bins:
+        v = shares[b]
+        print(f"{b}: mean share of the fast link {sum(v) / len(v):.2f}, "
+              f"under half in {sum(1 for x in v if x < 0.5)} of {len(v)}")
+
+
+def rand(bins, policy, seed, runs):
+    rng = random.Random(seed)
+    rows = []
+    for n in range(runs):
+        links = [(round(rng.choice([1, 2, 5, 10, 20, 50]) * rng.uniform(0.7, 1.3), 2),
+                  round(rng.choice([2, 5, 10, 20, 40, 80]) * rng.uniform(0.8, 1.2), 1),
+                  rng.choice([0, 0, 0, 0.001, 0.01]), rng.choice([0, 0, 1]))
+                 for _ in range(rng.choice([2, 2, 3]))]
+        d = rng.choice(["up", "down"])
+        text = scenario(links, d, policy, probe=True)
+        line = f"{n:2} {d:4} " + " ".join(f"{r}M/{dl}ms/{p}/{j}" for r, dl, p, j in links) + " |"
+        row = []
+        for b in bins:
+            f = run(b, text)
+            g, lat = f["bulk"]["goodput_mbps"], f["probe"]["latency_ms"]
+            row.append((g, lat["p50"], lat["p99"]))
+            line += f" bulk {g:.2f} probe {lat['p50']:.1f}/{lat['p99']:.1f} |"
+        rows.append(row)
+        print(line, flush=True)
+    if len(bins) == 2:
+        def gm(i):
+            return math.exp(sum(math.log(max(r[1][i], 1e-3) / max(r[0][i], 1e-3))
+                                for r in rows) / len(rows))
+        print(f"B over A, geometric means: bulk {gm(0):.3f}, probe p50 {gm(1):.3f}, "
+              f"probe p99 {gm(2):.3f}")
+        lower = sum(1 for a, b in rows if b[0] < 0.9 * a[0])
+        higher = sum(1 for a, b in rows if b[0] > 1.1 * a[0])
+        later = sum(1 for a, b in rows if b[1] > a[1] + 5)
+        sooner = sum(1 for a, b in rows if b[1] < a[1] - 5)
+        print(f"bulk more than 10 % lower: {lower}, higher: {higher}; probe p50 more than "
+              f"5 ms higher: {later}, lower: {sooner} (of {len(rows)})")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=["grid", "random"])
+    p.add_argument("bins", nargs="+", metavar="BIN")
+    p.add_argument("--policy", default="min-rtt")
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--runs", type=int, default=40)
+    a = p.parse_args()
+    if len(a.bins) > 2:
+        p.error("at most two builds")
+    for b in a.bins:
+        if not os.access(b, os.X_OK):
+            p.error(f"BIN {b!r}: not an executable file")
+    if a.what == "grid":
+        grid(a.bins, a.policy)
+    else:
+        rand(a.bins, a.policy, a.seed, a.runs)
+
+
+if __name__ == "__main__":
+    main()
