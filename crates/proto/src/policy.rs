@@ -875,42 +875,33 @@ mod tests {
 
     #[test]
     fn a_packet_counts_its_time_at_a_bottleneck_in_the_network_and_the_queue_there() {
+        let at = |l: &LinkView| MinRtt::expected_delivery_ns(Instant::ZERO, 1400, l);
         let near = network_bottleneck(0, 4, 2.0);
         // 2 ms one way and 1400 bytes at 2 Mbit/s (5.6 ms).
-        assert_eq!(
-            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &near),
-            7_600_000
-        );
+        assert_eq!(at(&near), 7_600_000);
         // A standing queue of 10 ms at the bottleneck: the packet waits for all of it,
         // its acknowledgement for none; the smoothed RTT holds it once.
+        let srtt = Duration::from_millis(14);
+        let queue = Duration::from_millis(10);
         let queued = LinkView {
-            srtt: Duration::from_millis(14),
-            queue_delay: Duration::from_millis(10),
+            srtt,
+            queue_delay: queue,
             ..near
         };
-        assert_eq!(
-            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &queued),
-            17_600_000
-        );
+        assert_eq!(at(&queued), 17_600_000);
         // The way back's queue is the acknowledgements' and not the packet's.
         let back = LinkView {
-            srtt: Duration::from_millis(14),
-            return_delay: Duration::from_millis(10),
+            srtt,
+            return_delay: queue,
             ..near
         };
-        assert_eq!(
-            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &back),
-            7_600_000
-        );
+        assert_eq!(at(&back), 7_600_000);
         // The interface's rate counts when it is the slower.
         let slow_interface = LinkView {
             tx_rate: 125_000.0,
             ..near
         };
-        assert_eq!(
-            MinRtt::expected_delivery_ns(Instant::ZERO, 1400, &slow_interface),
-            13_200_000
-        );
+        assert_eq!(at(&slow_interface), 13_200_000);
     }
 
     /// A 2 Mbit/s link 2 ms away and a 50 Mbit/s one 20 ms away: a sparse flow's packet
