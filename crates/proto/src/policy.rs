@@ -270,8 +270,8 @@ impl MinRtt {
     /// 50 Mbit/s one 20 ms away, since each packet in turn arrives sooner there
     /// (`docs/RESULTS.md` 8.4).
     pub fn backlog_delivery_ns(now: Instant, packet: &PacketMeta, link: &LinkView) -> u64 {
-        let head = Self::expected_delivery_ns(now, packet.len, link);
         let rate = Self::drain_rate(link);
+        let head = Self::delivery_at_rate_ns(now, packet.len, link, rate, Self::forward_rtt(link));
         if rate <= 0.0 {
             return head;
         }

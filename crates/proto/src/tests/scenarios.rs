@@ -916,7 +916,7 @@ fn duplicate_and_garbage_datagrams_dropped_and_counted() {
 fn same_inputs_same_outputs() {
     let run = || {
         let mut pair = PairBuilder::new()
-            .link(LinkSpec::new(ms(5)).rate_bps(1e6))
+            .link(LinkSpec::new(ms(5)).rate_bps(0.5e6))
             .link(LinkSpec::new(ms(25)).rate_bps(20e6))
             .link(LinkSpec::new(ms(40)).down_delay(ms(60)).rate_bps(5e6))
             .drop_fn(Box::new({
