@@ -402,16 +402,13 @@ impl BindPolicy for MinRtt {
         if sure {
             return Binding::Wait;
         }
-        // The flow's link is full: the packet at the head goes on a link of the same kind
-        // (primary, or backup when no primary is up) that has room, if it arrives there
-        // sooner than through the flow's link once that has room (two links of nearly
-        // the same delay thus share a flow's backlog, as before the backlog counted).
+        // The flow's link is full: the packet at the head goes on a usable link (primary,
+        // or backup when no primary is up) that has room, if it arrives there sooner than
+        // through the flow's link once that has room (two links of nearly the same delay
+        // thus share a flow's backlog, as before the backlog counted).
         let via_home = Self::expected_delivery_ns(now, packet.len, home);
         let mut spill: Option<(u64, LinkId)> = None;
-        for l in links {
-            if l.state != LinkState::Up || l.backup != home.backup || !l.has_room(now) {
-                continue;
-            }
+        for l in usable(links).filter(|l| l.has_room(now)) {
             let key = (Self::expected_delivery_ns(now, packet.len, l), l.id);
             if key.0 < via_home && spill.is_none_or(|s| key < s) {
                 spill = Some(key);

@@ -1,13 +1,9 @@
 //! Scenario-level checks of the link models through the whole simulator.
 
-use std::path::Path;
+mod common;
 
+use common::{inline_scenario as load, scenario};
 use latebind_sim::{Mode, Scenario, run};
-
-fn load(text: &str) -> Scenario {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/inline.toml");
-    Scenario::from_str(text, &dir).unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// One UDP CBR flow of `rate_mbps` (uplink) over one 10 Mb/s link with 20 ms of delay.
 fn cbr_over_10_mbps(rate_mbps: f64, duration_s: f64) -> Scenario {
@@ -204,8 +200,7 @@ fn cuts_report_the_stall_data_again_and_loss_around_each_cut() {
 
 #[test]
 fn a_tcp_flow_reports_its_stall_at_the_cut_and_no_loss_figure() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/handoff.toml");
-    let s = Scenario::load(&path).unwrap();
+    let s = scenario("handoff.toml");
     for mode in [Mode::Late, Mode::Early] {
         let r = run(&s, mode).unwrap();
         assert_eq!(r.cuts.len(), 1, "{mode:?}: {:?}", r.cuts);

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{flow, link, scenario, trace_capacity, with};
+use common::{flow, inline_scenario, link, scenario, trace_capacity, with};
 
 use latebind_sim::{Mode, run};
 
@@ -93,9 +93,7 @@ start_s = 1.0
 policy = "min-rtt"
 "#
             );
-            let s = latebind_sim::Scenario::from_str(&text, std::path::Path::new("inline.toml"))
-                .unwrap_or_else(|e| panic!("{e}"));
-            let r = run(&s, Mode::Late).unwrap();
+            let r = run(&inline_scenario(&text), Mode::Late).unwrap();
             let what = format!("{near_mbps} Mbit/s {near_ms} ms, {direction}");
             // 16.4-21.9 Mbit/s over the four.
             let bulk = flow(&r, "bulk").goodput_mbps;

@@ -15,6 +15,12 @@ pub(crate) fn scenario(name: &str) -> Scenario {
     Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A scenario written in a test (traces resolve against `scenarios/`).
+pub(crate) fn inline_scenario(text: &str) -> Scenario {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/inline.toml");
+    Scenario::from_str(text, &path).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// `s` with dotted-key overrides.
 pub(crate) fn with(s: &Scenario, sets: &[&str]) -> Scenario {
     s.with_overrides(sets.iter().copied())
