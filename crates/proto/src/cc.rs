@@ -48,7 +48,9 @@
 //!   it ends at the first queue longer than `hold`, with the window cut to the rate's
 //!   fit, or while the window limits the link no further than the later cuts go: the
 //!   delivery rate is then what the flows above sent a round trip before, an inner
-//!   TCP's own slow start).
+//!   TCP's own slow start; it also ends, cut to the rate's fit, at a round trip that
+//!   loses 2 % of its packets and at least 8: a buffer shallower than the overshoot
+//!   overflows before its queue shows as delay).
 //! - Packets are paced at twice `window / RTTstanding`, so that a window leaves as a
 //!   stream and not as a burst.
 //! - Competing traffic: while the queue is never nearly empty for ten minimum RTTs,
@@ -109,6 +111,13 @@ const OWD_BIAS: i128 = 1 << 61;
 const HOLD_PACKETS: f64 = 2.0;
 /// Minimum RTTs without a nearly empty queue after which the controller competes.
 const COMPETITIVE_AFTER_RTTS: u32 = 10;
+/// Startup ends when a round trip loses at least this many packets and this share of
+/// what it sent (delivered and lost): the bottleneck's buffer overflowed. BBRv2's
+/// startup exit (Cardwell et al., IETF 106, "BBR v2"; Linux `tcp_bbr2.c`,
+/// `bbr_full_loss_cnt` 8, `bbr_loss_thresh` 2 %): a random loss of 1 % seldom passes
+/// both in one round trip.
+const STARTUP_LOSS_EVENTS: u32 = 8;
+const STARTUP_LOSS_SHARE: f64 = 0.02;
 /// Round trips between two drains in competitive mode.
 const DRAIN_EVERY_RTTS: u32 = 8;
 /// The longest spacing of the periodic drains, in round trips: each drain that finds the
@@ -278,6 +287,8 @@ pub(crate) struct Controller {
     last_ack_rtt: Duration,
     competitive: bool,
     loss_in_round: bool,
+    /// Packets declared lost in the current round trip.
+    round_lost: u32,
     round_start: Instant,
     /// Bytes delivered when the current round trip started, and what the last whole
     /// round trip delivered per second.
@@ -370,6 +381,7 @@ impl Controller {
             last_ack_rtt: Duration::ZERO,
             competitive: false,
             loss_in_round: false,
+            round_lost: 0,
             round_start: now,
             round_delivered: 0.0,
             round_rate: 0.0,
@@ -631,6 +643,12 @@ impl Controller {
     /// Whether the controller is in competitive mode.
     pub(crate) fn competitive(&self) -> bool {
         self.competitive
+    }
+
+    /// Whether the window is still in its startup: no queue has shown, and the link's
+    /// capacity is not known.
+    pub(crate) fn searching(&self) -> bool {
+        self.startup
     }
 
     fn min_rtt(&self) -> Duration {
@@ -924,6 +942,21 @@ impl Controller {
         }
         self.cwnd = self.cwnd.max(MIN_CWND);
         if now - self.round_start >= self.standing_rtt {
+            let lost = f64::from(self.round_lost) * MSS;
+            let delivered = self.delivered - self.round_delivered;
+            if self.startup
+                && self.round_lost >= STARTUP_LOSS_EVENTS
+                && lost >= STARTUP_LOSS_SHARE * (lost + delivered)
+            {
+                // A bottleneck buffer shallower than the window's overshoot overflows
+                // before its queue shows as delay: startup ends as at a queue, the window
+                // cut to what the link delivered.
+                self.startup = false;
+                let back = self.return_delay().as_secs_f64();
+                let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + back + hold);
+                self.cwnd = self.cwnd.min(fit).max(MIN_CWND);
+            }
+            self.round_lost = 0;
             self.loss_in_round = false;
             self.round_rate =
                 (self.delivered - self.round_delivered) / (now - self.round_start).as_secs_f64();
@@ -1000,6 +1033,7 @@ impl Controller {
             self.cwnd = (self.cwnd * 0.7).max(MIN_CWND);
         }
         self.loss_in_round = true;
+        self.round_lost = self.round_lost.saturating_add(1);
     }
 }
 
@@ -1101,6 +1135,46 @@ mod tests {
         // About (40 + 6) / (40 + 15) of the round's window, against 3.8 Mb/s over 46 ms.
         assert!(limited > 40_000.0, "{limited:.0}");
         assert!(sending_less < 25_000.0, "{sending_less:.0}");
+    }
+
+    /// Startup on a path whose bottleneck buffer is shallower than the window's
+    /// overshoot: the buffer overflows before a queue shows as delay. A round trip that
+    /// loses a tenth of its packets ends startup, the window cut to what the link
+    /// delivered; a random loss of 1 % does not (too few packets in a round trip).
+    #[test]
+    fn startup_ends_at_a_round_trip_that_overflows_the_buffer() {
+        let min_rtt = ms(100);
+        // Each round trip: 100 acknowledgements of 1500 bytes, 10 ms apart at first
+        // (12 Mb/s, no queue), the window full; every `lose_every`-th packet is lost.
+        let run = |lose_every: u32| {
+            let mut c = Controller::new(Instant::ZERO, min_rtt, ms(20));
+            c.on_owd(t(0), 0, min_rtt, 1500, None);
+            let mut now = Duration::ZERO;
+            for n in 1..=600u32 {
+                now += Duration::from_millis(1);
+                let at = Instant::ZERO + now;
+                if n % lose_every == 0 {
+                    c.on_loss();
+                    continue;
+                }
+                c.on_owd(at, 0, min_rtt, 1500, None);
+                let in_flight = c.cwnd() - 1500;
+                c.on_ack(at, 1500, Some(min_rtt), min_rtt, ms(0), in_flight);
+                if !c.startup {
+                    return (false, c.cwnd);
+                }
+            }
+            (c.startup, c.cwnd)
+        };
+        let (searching, cwnd) = run(10);
+        assert!(
+            !searching,
+            "startup went on through a tenth of each round lost"
+        );
+        // What the link delivered (13.5 Mb/s) over the RTT and the target queue.
+        assert!(cwnd < 200_000.0, "window {cwnd:.0} after the overflow");
+        let (searching, _) = run(100);
+        assert!(searching, "a random loss of 1 % ended startup");
     }
 
     /// Startup on a fast link whose pacer holds back what each acknowledgement frees:

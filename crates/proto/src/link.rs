@@ -584,6 +584,10 @@ pub struct LinkView {
     /// Rate control: competing traffic keeps the bottleneck's queue full, and the
     /// controller competes for its share instead of keeping the queue short.
     pub competitive: bool,
+    /// Rate control: the window is still in its startup (doubling while it limits the
+    /// link): no queue has shown yet, so what the link carries is not known, and the
+    /// rate the window allows is only where the search stands.
+    pub searching: bool,
     /// Rate control: the bottleneck's capacity, bytes per second, if the window has ever
     /// limited the link on its path (0 otherwise): a flow used it, and its rate is known.
     pub capacity: f64,
@@ -984,6 +988,7 @@ impl Link {
                 .as_ref()
                 .map_or(Duration::ZERO, Controller::return_delay),
             competitive: self.cc.as_ref().is_some_and(Controller::competitive),
+            searching: self.cc.as_ref().is_some_and(Controller::searching),
             capacity: self
                 .cc
                 .as_ref()

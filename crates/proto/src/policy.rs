@@ -214,10 +214,16 @@ impl MinRtt {
     /// is application-limited and would make an idle link look seconds slow.
     #[inline]
     pub fn drain_rate(l: &LinkView) -> f64 {
-        match (l.tx_rate > 0.0, l.cc_rate > 0.0) {
-            (true, true) => l.tx_rate.min(l.cc_rate),
-            (true, false) => l.tx_rate,
-            (false, true) => l.cc_rate,
+        Self::slower_known(l.tx_rate, l.cc_rate)
+    }
+
+    /// The slower of two rates, bytes per second, of those known (above 0); 0 if neither is.
+    #[inline]
+    fn slower_known(a: f64, b: f64) -> f64 {
+        match (a > 0.0, b > 0.0) {
+            (true, true) => a.min(b),
+            (true, false) => a,
+            (false, true) => b,
             (false, false) => 0.0,
         }
     }
@@ -269,8 +275,21 @@ impl MinRtt {
     /// judged by its head packet alone stays on a 2 Mbit/s link 2 ms away beside a
     /// 50 Mbit/s one 20 ms away, since each packet in turn arrives sooner there
     /// (`docs/RESULTS.md` 8.4).
+    ///
+    ///
+    /// While a link's rate control is in its startup ([`LinkView::searching`]) the rate
+    /// its window allows is only where its search stands: a backlog given to it fills the
+    /// window, which then doubles each round trip, so the backlog counts at twice that
+    /// rate (or the interface's, if slower). A link judged by its window's rate alone
+    /// would never be given the backlog that makes the search go on (a 61 Mbit/s link
+    /// 50 ms away, its first window 4 Mbit/s over its RTT, beside a 5.7 Mbit/s one 42 ms
+    /// away: 5 Mbit/s of bulk where 29 were to be had).
     pub fn backlog_delivery_ns(now: Instant, packet: &PacketMeta, link: &LinkView) -> u64 {
-        let rate = Self::drain_rate(link);
+        let rate = if link.searching {
+            Self::slower_known(link.tx_rate, 2.0 * link.cc_rate)
+        } else {
+            Self::drain_rate(link)
+        };
         let head = Self::delivery_at_rate_ns(now, packet.len, link, rate, Self::forward_rtt(link));
         if rate <= 0.0 {
             return head;
@@ -796,6 +815,7 @@ mod tests {
             queue_delay: Duration::ZERO,
             return_delay: Duration::ZERO,
             competitive: false,
+            searching: false,
             capacity: 0.0,
             bytes_in_flight: 0,
             loss_rate: 0.0,
@@ -926,6 +946,39 @@ mod tests {
         // A backlog of two packets still arrives sooner through the near link.
         assert_eq!(
             MinRtt.bind(Instant::ZERO, &meta_backlog(2800), &links),
+            Binding::Link(LinkId(0))
+        );
+    }
+
+    /// A link still searching (rate control's startup) counts a backlog at twice its
+    /// window's rate: the window doubles each round trip while the backlog fills it. At
+    /// its window's rate alone, 4.8 Mbit/s 40 ms away, it never got the backlog beside
+    /// 5 Mbit/s 20 ms away; at twice that it does, and a link whose search has ended is
+    /// judged as before.
+    #[test]
+    fn a_searching_link_counts_a_backlog_at_twice_its_windows_rate() {
+        let near = network_bottleneck(0, 40, 5.0);
+        let far = network_bottleneck(1, 80, 4.8);
+        let bulk = meta_backlog(60_000);
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &bulk, &[near, far]),
+            Binding::Link(LinkId(0))
+        );
+        let searching = LinkView {
+            searching: true,
+            ..far
+        };
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &bulk, &[near, searching]),
+            Binding::Link(LinkId(1))
+        );
+        // The interface's measured rate, if slower, still bounds it.
+        let slow_interface = LinkView {
+            tx_rate: 4.8e6 / 8.0,
+            ..searching
+        };
+        assert_eq!(
+            MinRtt.bind(Instant::ZERO, &bulk, &[near, slow_interface]),
             Binding::Link(LinkId(0))
         );
     }

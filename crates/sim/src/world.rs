@@ -622,7 +622,8 @@ impl World {
                             eprintln!(
                                 "{:.3} {n} link {} {:?} cwnd {} rate {:.2} Mb/s queue {:?} \
                                  competitive {} in flight {} srtt {:?} min {:?} tx {:.2} Mb/s \
-                                 below {} loss {:.3} back {:?}",
+                                 below {} loss {:.3} back {:?} capacity {:.2} Mb/s \
+                                 searching {}",
                                 t.as_secs_f64(),
                                 v.id.0,
                                 v.state,
@@ -636,7 +637,9 @@ impl World {
                                 v.tx_rate * 8e-6,
                                 v.below_binding,
                                 v.loss_rate,
-                                v.return_delay
+                                v.return_delay,
+                                v.capacity * 8e-6,
+                                v.searching
                             );
                         }
                     }
