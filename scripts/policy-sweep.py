@@ -31,11 +31,15 @@ import sys
 import tempfile
 
 
-def scenario(links, direction, policy, probe, duration=15.0):
-    s = f'[scenario]\nname = "policy-sweep"\nduration_s = {duration}\nseed = 1\n'
-    for i, (rate, delay, loss, jitter) in enumerate(links):
+def scenario(links, direction, policy, probe, duration=15.0, seed=1):
+    """A scenario's text: `links` as (rate, delay, loss, jitter) or (rate, delay, loss,
+    jitter, FIFO packets; 1000 if not given), one bulk TCP flow and, if `probe`, the probe
+    beside it."""
+    s = f'[scenario]\nname = "policy-sweep"\nduration_s = {duration}\nseed = {seed}\n'
+    for i, (rate, delay, loss, jitter, *queue) in enumerate(links):
+        queue = queue[0] if queue else 1000
         s += (f'[[links]]\nname = "l{i}"\nrate_mbps = {rate}\ndelay_ms = {delay}\n'
-              f'queue_packets = 1000\nloss = {loss}\njitter_ms = {jitter}\n')
+              f'queue_packets = {queue}\nloss = {loss}\njitter_ms = {jitter}\n')
     s += f'[[flows]]\nname = "bulk"\nkind = "tcp-bulk"\ndirection = "{direction}"\n'
     if probe:
         s += (f'[[flows]]\nname = "probe"\nkind = "udp-cbr"\ndirection = "{direction}"\n'

@@ -16,41 +16,28 @@ Last: the geometric means of B over A, and how many mixes moved by more than 10 
 BIN_A and BIN_B are `latebind` binaries (a copy of an earlier build, and this one).
 """
 import argparse
-import json
+import importlib.util
 import math
 import os
 import random
-import subprocess
-import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 
-def scenario(links, direction, policy, seed):
-    s = f'[scenario]\nname = "shallow-sweep"\nduration_s = 30.0\nseed = {seed}\n'
-    for i, (rate, delay, queue, loss, jitter) in enumerate(links):
-        s += (f'[[links]]\nname = "l{i}"\nrate_mbps = {rate}\ndelay_ms = {delay}\n'
-              f'queue_packets = {queue}\nloss = {loss}\njitter_ms = {jitter}\n')
-    s += f'[[flows]]\nname = "bulk"\nkind = "tcp-bulk"\ndirection = "{direction}"\n'
-    s += (f'[[flows]]\nname = "probe"\nkind = "udp-cbr"\ndirection = "{direction}"\n'
-          'rate_mbps = 0.04\npacket_bytes = 100\nstart_s = 1.0\n')
-    s += f'[late]\npolicy = "{policy}"\n'
-    return s
+def load_policy_sweep():
+    """`policy-sweep.py`'s scenario writer and runner (its name is not a module name)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy-sweep.py")
+    spec = importlib.util.spec_from_file_location("policy_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PS = load_policy_sweep()
 
 
 def run(binary, text):
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(text)
-        path = f.name
-    try:
-        out = subprocess.run([binary, "sim", path, "--mode", "late", "--json"],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"shallow-sweep: {binary} sim failed: {out.stderr.strip()}")
-        flows = {f["name"]: f for f in json.loads(out.stdout)["flows"]}
-        return flows["bulk"]["goodput_mbps"], flows["probe"]["latency_ms"]["p99"]
-    finally:
-        os.unlink(path)
+    flows = PS.run(binary, text)
+    return flows["bulk"]["goodput_mbps"], flows["probe"]["latency_ms"]["p99"]
 
 
 def mixes(seed, n):
@@ -63,8 +50,8 @@ def mixes(seed, n):
             delay = round(rng.choice([40, 60, 100, 150]) * rng.uniform(0.8, 1.2), 0)
             bdp = rate * 1e6 / 8 * 2 * delay / 1e3 / 1500
             queue = max(10, int(bdp * rng.choice([0.1, 0.25, 0.5, 1.0])))
-            links.append((rate, delay, queue, rng.choice([0, 0, 0.001, 0.01]),
-                          rng.choice([0, 1])))
+            loss, jitter = rng.choice([0, 0, 0.001, 0.01]), rng.choice([0, 1])
+            links.append((rate, delay, loss, jitter, queue))
         out.append((links, rng.choice(["up", "down"]), rng.choice(["min-rtt", "aggregate"])))
     return out
 
@@ -78,7 +65,9 @@ def main():
     a = p.parse_args()
 
     def both(mix):
-        texts = [scenario(*mix, seed=s) for s in range(1, a.seeds + 1)]
+        links, direction, policy = mix
+        texts = [PS.scenario(links, direction, policy, True, duration=30.0, seed=s)
+                 for s in range(1, a.seeds + 1)]
         res = []
         for b in a.bins:
             runs = [run(b, t) for t in texts]
@@ -90,7 +79,7 @@ def main():
         results = list(ex.map(both, cases))
     ratios = []
     for n, ((links, direction, policy), (ra, rb)) in enumerate(zip(cases, results)):
-        desc = " ".join(f"{r}M/{d:.0f}ms/q{q}/p{l}/j{j}" for r, d, q, l, j in links)
+        desc = " ".join(f"{r}M/{d:.0f}ms/q{q}/p{l}/j{j}" for r, d, l, j, q in links)
         ratio = max(rb[0], 1e-3) / max(ra[0], 1e-3)
         ratios.append((ratio, max(rb[1], 1e-3) / max(ra[1], 1e-3)))
         print(f"{n:2} {direction:4} {policy:9} {desc} | bulk {ra[0]:6.2f} probe p99 "

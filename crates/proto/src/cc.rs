@@ -111,12 +111,14 @@ const OWD_BIAS: i128 = 1 << 61;
 const HOLD_PACKETS: f64 = 2.0;
 /// Minimum RTTs without a nearly empty queue after which the controller competes.
 const COMPETITIVE_AFTER_RTTS: u32 = 10;
-/// Startup ends when a round trip loses at least this many packets and this share of
-/// what it sent (delivered and lost): the bottleneck's buffer overflowed. BBRv2's
-/// startup exit (Cardwell et al., IETF 106, "BBR v2"; Linux `tcp_bbr2.c`,
-/// `bbr_full_loss_cnt` 8, `bbr_loss_thresh` 2 %): a random loss of 1 % seldom passes
-/// both in one round trip.
+/// Startup ends when a round trip loses at least this many packets and
+/// [`STARTUP_LOSS_SHARE`] of what it sent (delivered and lost): the bottleneck's buffer
+/// overflowed. BBR v2's startup exit, with the values of its Linux implementation
+/// (`tcp_bbr2.c`: `bbr_full_loss_cnt` 8, `bbr_loss_thresh` 2 %): a random loss of 1 %
+/// seldom passes both in one round trip.
 const STARTUP_LOSS_EVENTS: u32 = 8;
+/// The share of a round trip's packets lost that ends startup, with
+/// [`STARTUP_LOSS_EVENTS`].
 const STARTUP_LOSS_SHARE: f64 = 0.02;
 /// Round trips between two drains in competitive mode.
 const DRAIN_EVERY_RTTS: u32 = 8;
@@ -1144,8 +1146,8 @@ mod tests {
     #[test]
     fn startup_ends_at_a_round_trip_that_overflows_the_buffer() {
         let min_rtt = ms(100);
-        // Each round trip: 100 acknowledgements of 1500 bytes, 10 ms apart at first
-        // (12 Mb/s, no queue), the window full; every `lose_every`-th packet is lost.
+        // One packet of 1500 bytes a millisecond (12 Mb/s), 100 a round trip, no queue,
+        // the window full; every `lose_every`-th is lost, the others acknowledged.
         let run = |lose_every: u32| {
             let mut c = Controller::new(Instant::ZERO, min_rtt, ms(20));
             c.on_owd(t(0), 0, min_rtt, 1500, None);
@@ -1171,7 +1173,8 @@ mod tests {
             !searching,
             "startup went on through a tenth of each round lost"
         );
-        // What the link delivered (13.5 Mb/s) over the RTT and the target queue.
+        // What the link delivered (10.8 Mb/s) over the RTT and the target queue: about
+        // 140 KB, where the window had doubled on past it.
         assert!(cwnd < 200_000.0, "window {cwnd:.0} after the overflow");
         let (searching, _) = run(100);
         assert!(searching, "a random loss of 1 % ended startup");

@@ -276,14 +276,13 @@ impl MinRtt {
     /// 50 Mbit/s one 20 ms away, since each packet in turn arrives sooner there
     /// (`docs/RESULTS.md` 8.4).
     ///
-    ///
     /// While a link's rate control is in its startup ([`LinkView::searching`]) the rate
     /// its window allows is only where its search stands: a backlog given to it fills the
     /// window, which then doubles each round trip, so the backlog counts at twice that
     /// rate (or the interface's, if slower). A link judged by its window's rate alone
-    /// would never be given the backlog that makes the search go on (a 61 Mbit/s link
-    /// 50 ms away, its first window 4 Mbit/s over its RTT, beside a 5.7 Mbit/s one 42 ms
-    /// away: 5 Mbit/s of bulk where 29 were to be had).
+    /// would never be given the backlog that makes the search go on: beside 5 Mbit/s 20 ms
+    /// away, a 50 Mbit/s link 40 ms away starts at 4.8 Mbit/s over its RTT, and an upload
+    /// got 4.5 Mbit/s (44 now; `docs/RESULTS.md` 8.5).
     pub fn backlog_delivery_ns(now: Instant, packet: &PacketMeta, link: &LinkView) -> u64 {
         let rate = if link.searching {
             Self::slower_known(link.tx_rate, 2.0 * link.cc_rate)

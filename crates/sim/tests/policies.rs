@@ -51,32 +51,23 @@ fn aggregate_gets_the_sum_of_the_links_for_one_tcp_flow() {
     }
 }
 
-/// A bulk flow under min-rtt (the default policy) takes the link where its backlog
-/// arrives soonest, not where each of its packets does: beside a slow link a few ms away,
-/// a fast one 20 ms away carries it, in both directions, while a small flow's packets
-/// still go where they arrive soonest. Judged by each packet alone, a download stayed on
-/// the slow link (1.8 of 20 Mbit/s beside a 2 Mbit/s link 2 ms away; 4.5 beside 5 Mbit/s
-/// 10 ms away), and an upload did too beside the 5 Mbit/s one (4.9): its time at a
-/// bottleneck in the network was not counted, nor the flow's backlog
-/// (`docs/RESULTS.md` 8.4).
-#[test]
-fn min_rtt_puts_a_bulk_flow_where_its_backlog_arrives_soonest() {
-    for (near_mbps, near_ms) in [(2.0, 2.0), (5.0, 10.0)] {
-        for direction in ["up", "down"] {
-            let text = format!(
-                r#"
+/// Two links under min-rtt, `near` and `fast` (each Mbit/s and ms one way, 1000-packet
+/// FIFOs), a bulk TCP flow and a probe (100 bytes every 20 ms from 1 s) in `direction`.
+fn near_and_fast(near: (f64, f64), fast: (f64, f64), direction: &str, secs: f64) -> String {
+    format!(
+        r#"
 [scenario]
 name = "near-and-fast"
-duration_s = 10.0
+duration_s = {secs:?}
 [[links]]
 name = "near"
-rate_mbps = {near_mbps}
-delay_ms = {near_ms}
+rate_mbps = {:?}
+delay_ms = {:?}
 queue_packets = 1000
 [[links]]
 name = "fast"
-rate_mbps = 20.0
-delay_ms = 20.0
+rate_mbps = {:?}
+delay_ms = {:?}
 queue_packets = 1000
 [[flows]]
 name = "bulk"
@@ -91,8 +82,24 @@ packet_bytes = 100
 start_s = 1.0
 [late]
 policy = "min-rtt"
-"#
-            );
+"#,
+        near.0, near.1, fast.0, fast.1
+    )
+}
+
+/// A bulk flow under min-rtt (the default policy) takes the link where its backlog
+/// arrives soonest, not where each of its packets does: beside a slow link a few ms away,
+/// a fast one 20 ms away carries it, in both directions, while a small flow's packets
+/// still go where they arrive soonest. Judged by each packet alone, a download stayed on
+/// the slow link (1.8 of 20 Mbit/s beside a 2 Mbit/s link 2 ms away; 4.5 beside 5 Mbit/s
+/// 10 ms away), and an upload did too beside the 5 Mbit/s one (4.9): its time at a
+/// bottleneck in the network was not counted, nor the flow's backlog
+/// (`docs/RESULTS.md` 8.4).
+#[test]
+fn min_rtt_puts_a_bulk_flow_where_its_backlog_arrives_soonest() {
+    for (near_mbps, near_ms) in [(2.0, 2.0), (5.0, 10.0)] {
+        for direction in ["up", "down"] {
+            let text = near_and_fast((near_mbps, near_ms), (20.0, 20.0), direction, 10.0);
             let r = run(&inline_scenario(&text), Mode::Late).unwrap();
             let what = format!("{near_mbps} Mbit/s {near_ms} ms, {direction}");
             // 16.4-21.9 Mbit/s over the four.
@@ -115,36 +122,7 @@ policy = "min-rtt"
 #[test]
 fn min_rtt_gives_a_bulk_flow_to_a_fast_link_whose_window_is_still_searching() {
     for direction in ["up", "down"] {
-        let text = format!(
-            r#"
-[scenario]
-name = "near-slow-far-fast"
-duration_s = 15.0
-[[links]]
-name = "near"
-rate_mbps = 5.0
-delay_ms = 20.0
-queue_packets = 1000
-[[links]]
-name = "fast"
-rate_mbps = 50.0
-delay_ms = 40.0
-queue_packets = 1000
-[[flows]]
-name = "bulk"
-kind = "tcp-bulk"
-direction = "{direction}"
-[[flows]]
-name = "probe"
-kind = "udp-cbr"
-direction = "{direction}"
-rate_mbps = 0.04
-packet_bytes = 100
-start_s = 1.0
-[late]
-policy = "min-rtt"
-"#
-        );
+        let text = near_and_fast((5.0, 20.0), (50.0, 40.0), direction, 15.0);
         let r = run(&inline_scenario(&text), Mode::Late).unwrap();
         let bulk = flow(&r, "bulk").goodput_mbps;
         assert!(bulk >= 35.0, "{direction}: bulk {bulk} Mbit/s");
