@@ -288,7 +288,6 @@ pub(crate) struct Controller {
     waiting_at_last_ack: bool,
     last_ack_rtt: Duration,
     competitive: bool,
-    loss_in_round: bool,
     /// Packets declared lost in the current round trip.
     round_lost: u32,
     round_start: Instant,
@@ -382,7 +381,6 @@ impl Controller {
             waiting_at_last_ack: false,
             last_ack_rtt: Duration::ZERO,
             competitive: false,
-            loss_in_round: false,
             round_lost: 0,
             round_start: now,
             round_delivered: 0.0,
@@ -888,13 +886,7 @@ impl Controller {
         if self.competitive {
             self.competitive_ack(now, acked, in_flight, srtt);
         } else {
-            // At the rate the link delivered while the window limited it: a dip of the
-            // delivery rate while the flows above had less to send says nothing of the
-            // link.
-            // The acknowledgements' way back counts beyond its minimum as well: a window
-            // of the rate over the minimum RTT leaves the link idle while they wait there.
-            let back = self.return_delay().as_secs_f64();
-            let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + back + hold);
+            let fit = self.fit(min, hold);
             if self.search_queue(now, srtt, best_packet_time).as_secs_f64() < hold / 2.0 {
                 self.short_since.get_or_insert(now);
             } else {
@@ -954,18 +946,26 @@ impl Controller {
                 // before its queue shows as delay: startup ends as at a queue, the window
                 // cut to what the link delivered.
                 self.startup = false;
-                let back = self.return_delay().as_secs_f64();
-                let fit = self.rate.max(self.limited_rate) * (min.as_secs_f64() + back + hold);
-                self.cwnd = self.cwnd.min(fit).max(MIN_CWND);
+                self.cwnd = self.cwnd.min(self.fit(min, hold)).max(MIN_CWND);
             }
             self.round_lost = 0;
-            self.loss_in_round = false;
             self.round_rate =
                 (self.delivered - self.round_delivered) / (now - self.round_start).as_secs_f64();
             self.round_delivered = self.delivered;
             self.round_start = now;
             self.round_cwnd = self.cwnd;
         }
+    }
+
+    /// The window that holds `hold` (seconds) at the bottleneck: the rate the link
+    /// delivered (at least what it delivered while the window limited it: a dip of the
+    /// delivery rate while the flows above had less to send says nothing of the link) over
+    /// the minimum RTT, the target queue and the acknowledgements' wait on the way back
+    /// beyond its minimum (a window of the rate over the minimum RTT leaves the link idle
+    /// while they wait there).
+    fn fit(&self, min: Duration, hold: f64) -> f64 {
+        let back = self.return_delay().as_secs_f64();
+        self.rate.max(self.limited_rate) * (min.as_secs_f64() + back + hold)
     }
 
     /// The bottleneck's capacity as far as this link has seen it (bytes per second): the
@@ -1031,10 +1031,9 @@ impl Controller {
     /// off as a TCP's would (once per round trip), so that a tail-dropping bottleneck
     /// shared with other traffic is not overrun by a window that only grows.
     pub(crate) fn on_loss(&mut self) {
-        if self.competitive && !self.loss_in_round && self.drain_until.is_none() {
+        if self.competitive && self.round_lost == 0 && self.drain_until.is_none() {
             self.cwnd = (self.cwnd * 0.7).max(MIN_CWND);
         }
-        self.loss_in_round = true;
         self.round_lost = self.round_lost.saturating_add(1);
     }
 }
