@@ -116,6 +116,10 @@ pub struct ClientSection {
     /// its CoDel target's worth waiting in the tunnel, and is slowed without a drop.
     /// Default false.
     pub tcp_window_clamp: Option<bool>,
+    /// CoDel's target of a min-rtt or redundant flow also covers half the recent pause
+    /// of the link it is bound to (`docs/protocol.md` 4.1): on cellular links, more of
+    /// the link for a download, a longer wait for a small flow beside it. Default false.
+    pub codel_covers_pause: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
@@ -296,6 +300,10 @@ pub struct ServerSection {
     /// its CoDel target's worth waiting in the tunnel, and is slowed without a drop.
     /// Default false.
     pub tcp_window_clamp: Option<bool>,
+    /// CoDel's target of a min-rtt or redundant flow also covers half the recent pause
+    /// of the link it is bound to (`docs/protocol.md` 4.1): on cellular links, more of
+    /// the link for a download, a longer wait for a small flow beside it. Default false.
+    pub codel_covers_pause: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.

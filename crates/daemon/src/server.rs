@@ -122,6 +122,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let ack_filter = s.ack_filter;
     let header_compression = s.header_compression;
     let tcp_window_clamp = s.tcp_window_clamp;
+    let codel_covers_pause = s.codel_covers_pause;
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
@@ -272,6 +273,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         }
                                         if let Some(on) = tcp_window_clamp {
                                             config.tcp_window_clamp = on;
+                                        }
+                                        if let Some(on) = codel_covers_pause {
+                                            config.codel_covers_pause = on;
                                         }
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)

@@ -23,9 +23,8 @@
 //! - `[late]`'s `rate_control`, `dispatch`, `dispatch_horizon_us`,
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
-//!   `tun_offload`, `ack_filter`, `header_compression`, `ack_ride_wait_ms` and
-//!   `tcp_window_clamp` go into
-//!   both files.
+//!   `tun_offload`, `ack_filter`, `header_compression`, `ack_ride_wait_ms`,
+//!   `tcp_window_clamp` and `codel_covers_pause` go into both files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
@@ -106,6 +105,11 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         spec.late.ack_ride_wait_ms
     )?;
     writeln!(engine, "tcp_window_clamp = {}", spec.late.tcp_window_clamp)?;
+    writeln!(
+        engine,
+        "codel_covers_pause = {}",
+        spec.late.codel_covers_pause
+    )?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;
     writeln!(server, "[server]")?;

@@ -72,6 +72,13 @@ pub struct Config {
     /// binding point than the links up carry in its flow's CoDel target; CoDel then
     /// leaves its queue alone. Default off.
     pub tcp_window_clamp: bool,
+    /// Whether CoDel's target of a min-rtt or redundant flow also covers half the recent
+    /// longest pause of the link its last packet was bound to (how long that link lately
+    /// delivered nothing while packets waited: a cellular scheduler's pause), as an
+    /// aggregate flow's covers the links' pauses: the queue a pause builds then meets no
+    /// drop. On cellular links the download gets more of the link and a small flow beside
+    /// it waits longer at the link's bottleneck (`docs/RESULTS.md` 19). Default off.
+    pub codel_covers_pause: bool,
     /// Total packets held above the binding point, all flows together. Default 10240.
     pub limit_packets: usize,
     /// Total bytes held above the binding point. Default 32 MiB.
@@ -170,6 +177,7 @@ impl Default for Config {
             ack_filter: true,
             header_compression: true,
             tcp_window_clamp: false,
+            codel_covers_pause: false,
             limit_packets: 10_240,
             limit_bytes: 32 << 20,
             max_flows: 16_384,

@@ -620,6 +620,17 @@ impl Endpoint {
             }
         }
         self.queues.set_aggregate_extra(spread, pause);
+        // Each link's own pause, for the flows bound to it, under the same limit.
+        let pauses = self.links.iter().map(|l| {
+            let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
+            let lag = l.rtt.srtt.saturating_sub(lo) / 2;
+            if l.state == LinkState::Up && lag + paused <= self.config.reorder_hold_max {
+                paused
+            } else {
+                Duration::ZERO
+            }
+        });
+        self.queues.set_link_pauses(pauses);
     }
 
     fn link(&self, id: LinkId) -> Option<&Link> {
@@ -1950,6 +1961,7 @@ impl Endpoint {
             self.aggregate_left_out = Some(now);
         }
         let (queued, flow, flow_seq, (li, kind, past_window)) = taken?;
+        self.queues.bound_to(li);
         if past_window {
             self.stats.small_past_window += 1;
         }

@@ -301,6 +301,9 @@ pub(crate) struct Flow {
     /// The backlog its sender is held to by the receive-window clamp (4.1), 0 if none:
     /// CoDel leaves a queue within it alone.
     allowance: usize,
+    /// The link (the engine's index) its last packet was bound to: CoDel's target of a
+    /// flow that is not aggregate covers half of that link's recent pause.
+    link: Option<usize>,
 }
 
 /// Counters of the queues above the binding point.
@@ -355,6 +358,13 @@ pub(crate) struct FlowQueues {
     /// delay spread alone.
     aggregate_extra: Duration,
     aggregate_spread: Duration,
+    /// Each link's recent longest pause, by the engine's link index
+    /// ([`Self::set_link_pauses`]).
+    link_pauses: Vec<Duration>,
+    /// The flow of the packet last taken by a dequeue, for [`Self::bound_to`].
+    last_taken: Option<usize>,
+    /// `Config::codel_covers_pause`.
+    covers_pause: bool,
     /// CoDel drops and marks of overflow-policy flows, cumulative
     /// ([`Self::overflow_congestion`]).
     overflow_congestion: u64,
@@ -395,6 +405,9 @@ impl FlowQueues {
             configured_target: config.codel_target,
             aggregate_extra: Duration::ZERO,
             aggregate_spread: Duration::ZERO,
+            link_pauses: Vec::new(),
+            last_taken: None,
+            covers_pause: config.codel_covers_pause,
             overflow_congestion: 0,
             interval: config.codel_interval,
             ecn: config.ecn,
@@ -434,6 +447,24 @@ impl FlowQueues {
         self.aggregate_spread = spread;
     }
 
+    /// Sets each link's recent longest pause (how long it lately delivered nothing while
+    /// packets waited: a cellular scheduler's), by the engine's link index; zero for a
+    /// link whose pauses a flow's backlog should not cover (see the endpoint).
+    pub(crate) fn set_link_pauses(&mut self, pauses: impl Iterator<Item = Duration>) {
+        self.link_pauses.clear();
+        self.link_pauses.extend(pauses);
+    }
+
+    /// The packet the last dequeue returned was bound to `link` (the engine's index):
+    /// its flow's CoDel target follows that link's pauses from now on.
+    pub(crate) fn bound_to(&mut self, link: usize) {
+        if let Some(slot) = self.last_taken.take()
+            && let Some(f) = self.flows.get_mut(slot).and_then(Option::as_mut)
+        {
+            f.link = Some(link);
+        }
+    }
+
     /// CoDel drops and marks of overflow-policy flows so far: their packets waited too
     /// long for the primary link. Under late binding and rate control the primary's
     /// bottleneck never overflows; this is where its overflow shows.
@@ -441,10 +472,28 @@ impl FlowQueues {
         self.overflow_congestion
     }
 
+    /// CoDel's target for the flow in `slot`. An aggregate flow's covers the links'
+    /// delay spread and their pauses ([`Self::set_aggregate_extra`]). Any other flow's
+    /// covers half the recent longest pause of the link it was last bound to: while the
+    /// link delivers nothing, what the flow sent meanwhile waits here, and a packet that
+    /// comes during a pause waits on average half of it. That queue drains when the
+    /// link delivers again; dropping for it cut the inner TCP's window to what the link
+    /// carries between its pauses (`docs/RESULTS.md` 19).
     fn target_of(&self, slot: usize) -> Duration {
-        match self.flows[slot].as_ref().map(|f| f.policy) {
-            Some(PolicyKind::Aggregate) => self.target + self.aggregate_extra,
-            _ => self.target,
+        match self.flows[slot].as_ref() {
+            Some(f) if f.policy == PolicyKind::Aggregate => self.target + self.aggregate_extra,
+            // The overflow policy takes CoDel's drops as its congestion signal, measured
+            // against the primary link's own queue (the bonding slides' evaluation).
+            Some(f) if f.policy == PolicyKind::Overflow || !self.covers_pause => self.target,
+            Some(f) => {
+                let pause = f
+                    .link
+                    .and_then(|l| self.link_pauses.get(l))
+                    .copied()
+                    .unwrap_or_default();
+                self.target + pause / 2
+            }
+            None => self.target,
         }
     }
 
@@ -568,6 +617,7 @@ impl FlowQueues {
             next_seq: 0,
             last_active: now,
             allowance: 0,
+            link: None,
         };
         self.next_flow_id = self.next_flow_id.wrapping_add(1).max(1);
         self.stats.flows_created += 1;
@@ -776,6 +826,7 @@ impl FlowQueues {
     /// Takes the head packet of the flow in `slot` (which has one): its id and sequence
     /// number; the round robin charges the flow for it.
     fn take_head(&mut self, slot: usize) -> (Queued, FlowId, u64) {
+        self.last_taken = Some(slot);
         let flow = flow_mut(&mut self.flows, slot);
         let q = self.store.pop_front(&mut flow.queue).expect("head exists");
         flow.bytes -= q.data.len();
@@ -1175,6 +1226,42 @@ mod tests {
             .find(|&s| q.flows[s].as_ref().is_some_and(|f| f.key == ka.key))
             .unwrap();
         assert_eq!(q.target_of(slot), target + Duration::from_millis(325));
+    }
+
+    #[test]
+    fn codel_covers_half_the_pause_of_the_link_a_flow_is_bound_to_when_asked() {
+        // A flow that keeps 10 packets queued, served one every 10 ms: a sojourn of
+        // 100 ms, far over the target. Link 0 lately paused for 300 ms, link 1 not.
+        let run = |covers: bool, policy: PolicyKind, link: usize| {
+            let config = Config {
+                codel_covers_pause: covers,
+                ..Config::default()
+            };
+            let mut q = FlowQueues::new(&config);
+            q.set_link_pauses([Duration::from_millis(300), Duration::ZERO].into_iter());
+            let mut t = Instant::ZERO;
+            let p = || pkt(1, 0, 1400, 0);
+            let info = classify(&p()).unwrap();
+            for _ in 0..10 {
+                q.enqueue(t, &info, policy, p());
+            }
+            for _ in 0..300 {
+                t += Duration::from_millis(10);
+                q.enqueue(t, &info, policy, p());
+                if q.dequeue_with(t, |_, _| Decision::Take(())).is_some() {
+                    q.bound_to(link);
+                }
+            }
+            q.stats.aqm_dropped
+        };
+        // The target then covers 150 ms more: a queue of 100 ms is left alone.
+        assert_eq!(run(true, PolicyKind::MinRtt, 0), 0);
+        assert_eq!(run(true, PolicyKind::Redundant, 0), 0);
+        // Not without the setting, not on a link without pauses, and not for the
+        // overflow policy, whose congestion signal the drops are.
+        assert!(run(false, PolicyKind::MinRtt, 0) > 0);
+        assert!(run(true, PolicyKind::MinRtt, 1) > 0);
+        assert!(run(true, PolicyKind::Overflow, 0) > 0);
     }
 
     /// Times of CoDel's drops on one flow that keeps `backlog` packets queued, served

@@ -241,6 +241,10 @@ pub struct LateKnobs {
     /// Default false.
     #[serde(default)]
     pub tcp_window_clamp: bool,
+    /// CoDel's target of a min-rtt or redundant flow covers half its link's recent pause
+    /// (the engine's `codel_covers_pause`). Default false.
+    #[serde(default)]
+    pub codel_covers_pause: bool,
     /// Rate control on each link starts from the link's capacity in that direction (its
     /// rate, or its trace's mean) instead of searching for it, as a daemon does with a
     /// link's `capacity_mbps` (measured beforehand with `latebind probe`). Default false.
@@ -466,6 +470,7 @@ impl Default for LateKnobs {
             rate_control_max_queue_ms: default_rc_max_queue_ms(),
             codel_target_ms: default_codel_target_ms(),
             tcp_window_clamp: false,
+            codel_covers_pause: false,
             seed_capacity: false,
             dispatch: false,
             dispatch_horizon_us: default_dispatch_horizon_us(),

@@ -515,6 +515,7 @@ impl World {
                     c.rate_control_max_queue = spec.late.rate_control_max_queue();
                     c.codel_target = spec.late.codel_target();
                     c.tcp_window_clamp = spec.late.tcp_window_clamp;
+                    c.codel_covers_pause = spec.late.codel_covers_pause;
                 }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {
