@@ -610,10 +610,14 @@ impl Endpoint {
         // up, and a flow's backlog kept long enough to justify it would only send it
         // packets that come too late (a link with pauses of seconds).
         let lo = up().map(|l| l.rtt.min).min().unwrap_or_default();
+        // A link's lag behind the fastest path, and its recent pause.
+        let lag_pause = |l: &Link| {
+            let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
+            (l.rtt.srtt.saturating_sub(lo) / 2, paused)
+        };
         let (mut spread, mut pause) = (Duration::ZERO, Duration::ZERO);
         for l in up() {
-            let lag = l.rtt.srtt.saturating_sub(lo) / 2;
-            let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
+            let (lag, paused) = lag_pause(l);
             if lag + paused <= self.config.reorder_hold_max {
                 spread = spread.max(lag);
                 pause = pause.max(paused);
@@ -622,8 +626,7 @@ impl Endpoint {
         self.queues.set_aggregate_extra(spread, pause);
         // Each link's own pause, for the flows bound to it, under the same limit.
         let pauses = self.links.iter().map(|l| {
-            let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
-            let lag = l.rtt.srtt.saturating_sub(lo) / 2;
+            let (lag, paused) = lag_pause(l);
             if l.state == LinkState::Up && lag + paused <= self.config.reorder_hold_max {
                 paused
             } else {
