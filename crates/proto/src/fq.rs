@@ -301,8 +301,9 @@ pub(crate) struct Flow {
     /// The backlog its sender is held to by the receive-window clamp (4.1), 0 if none:
     /// CoDel leaves a queue within it alone.
     allowance: usize,
-    /// The link (the engine's index) its last packet was bound to: CoDel's target of a
-    /// flow that is not aggregate covers half of that link's recent pause.
+    /// The link (the engine's index) its last packet was bound to: with
+    /// `codel_covers_pause`, CoDel's target of a min-rtt or redundant flow covers half of
+    /// that link's recent pause.
     link: Option<usize>,
 }
 
@@ -473,12 +474,13 @@ impl FlowQueues {
     }
 
     /// CoDel's target for the flow in `slot`. An aggregate flow's covers the links'
-    /// delay spread and their pauses ([`Self::set_aggregate_extra`]). Any other flow's
-    /// covers half the recent longest pause of the link it was last bound to: while the
-    /// link delivers nothing, what the flow sent meanwhile waits here, and a packet that
-    /// comes during a pause waits on average half of it. That queue drains when the
-    /// link delivers again; dropping for it cut the inner TCP's window to what the link
-    /// carries between its pauses (`docs/RESULTS.md` 19).
+    /// delay spread and their pauses ([`Self::set_aggregate_extra`]). With
+    /// `codel_covers_pause`, a min-rtt or redundant flow's covers half the recent longest
+    /// pause of the link it was last bound to: while the link delivers nothing, what the
+    /// flow sent meanwhile waits here, and a packet that comes during a pause waits on
+    /// average half of it. That queue drains when the link delivers again; dropping for
+    /// it cut the inner TCP's window to what the link carries between its pauses
+    /// (`docs/RESULTS.md` 19).
     fn target_of(&self, slot: usize) -> Duration {
         match self.flows[slot].as_ref() {
             Some(f) if f.policy == PolicyKind::Aggregate => self.target + self.aggregate_extra,
