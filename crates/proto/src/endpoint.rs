@@ -624,6 +624,9 @@ impl Endpoint {
             }
         }
         self.queues.set_aggregate_extra(spread, pause);
+        if !self.config.codel_covers_pause {
+            return;
+        }
         // Each link's own pause, for the flows bound to it, under the same limit.
         let pauses = self.links.iter().map(|l| {
             let (lag, paused) = lag_pause(l);

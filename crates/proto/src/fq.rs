@@ -457,8 +457,12 @@ impl FlowQueues {
     }
 
     /// The packet the last dequeue returned was bound to `link` (the engine's index):
-    /// its flow's CoDel target follows that link's pauses from now on.
+    /// its flow's CoDel target follows that link's pauses from now on (only with
+    /// `codel_covers_pause`; otherwise nothing is kept).
     pub(crate) fn bound_to(&mut self, link: usize) {
+        if !self.covers_pause {
+            return;
+        }
         if let Some(slot) = self.last_taken.take()
             && let Some(f) = self.flows.get_mut(slot).and_then(Option::as_mut)
         {
@@ -828,7 +832,9 @@ impl FlowQueues {
     /// Takes the head packet of the flow in `slot` (which has one): its id and sequence
     /// number; the round robin charges the flow for it.
     fn take_head(&mut self, slot: usize) -> (Queued, FlowId, u64) {
-        self.last_taken = Some(slot);
+        if self.covers_pause {
+            self.last_taken = Some(slot);
+        }
         let flow = flow_mut(&mut self.flows, slot);
         let q = self.store.pop_front(&mut flow.queue).expect("head exists");
         flow.bytes -= q.data.len();

@@ -23,6 +23,19 @@ fn run_on_trace(s: &Scenario, t: &str, delay: &str, sets: &[&str]) -> Report {
     run(&with(s, &all), Mode::Late).unwrap()
 }
 
+/// Means over `delays` of `s` on the trace `t` (as [`run_on_trace`], with `sets`): the
+/// bulk flow's goodput as a share of `capacity` (bytes per second), and the probe's p95.
+fn trace_means(s: &Scenario, t: &str, capacity: f64, delays: &[&str], sets: &[&str]) -> (f64, f64) {
+    let (mut share, mut p95) = (0.0, 0.0);
+    for &delay in delays {
+        let r = run_on_trace(s, t, delay, sets);
+        let (bulk, probe) = (flow(&r, "bulk"), flow(&r, "probe"));
+        share += bulk.goodput_mbps * 1e6 / 8.0 / capacity / delays.len() as f64;
+        p95 += probe.latency_ms.p95 / delays.len() as f64;
+    }
+    (share, p95)
+}
+
 /// The flows of `bufferbloat-trace.toml` turned into uploads.
 const UP: [&str; 2] = ["flows.0.direction=\"up\"", "flows.1.direction=\"up\""];
 
@@ -268,13 +281,7 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
         // and Verizon-LTE's share over 58-75 %, so one run says little of the
         // controller.
         let delays = ["14", "17", "20", "23", "26", "29", "32"];
-        let (mut share, mut p95) = (0.0, 0.0);
-        for delay in delays {
-            let r = run_on_trace(&s, t, delay, &UP);
-            let (bulk, probe) = (flow(&r, "bulk"), flow(&r, "probe"));
-            share += bulk.goodput_mbps * 1e6 / 8.0 / capacity / delays.len() as f64;
-            p95 += probe.latency_ms.p95 / delays.len() as f64;
-        }
+        let (share, p95) = trace_means(&s, t, capacity, &delays, &UP);
         // 65-70 % of the capacity on these traces.
         assert!(share > 0.6, "{t}: {:.0} % of the capacity", share * 100.0);
         // Far from the plain path's seconds (2.4-4.2 s at p50 on these traces). The
@@ -471,18 +478,8 @@ fn codel_covering_the_links_pause_gives_a_download_more_of_a_cellular_link() {
     for t in ["TMobile-LTE-short", "Verizon-LTE-short"] {
         let capacity = trace_capacity(&format!("{t}.down"), 30.0);
         let delays = ["15", "20", "25", "30"];
-        let share = |sets: &[&str]| {
-            let (mut share, mut p95) = (0.0, 0.0);
-            for delay in delays {
-                let r = run_on_trace(&s, t, delay, sets);
-                let (bulk, probe) = (flow(&r, "bulk"), flow(&r, "probe"));
-                share += bulk.goodput_mbps * 1e6 / 8.0 / capacity / delays.len() as f64;
-                p95 += probe.latency_ms.p95 / delays.len() as f64;
-            }
-            (share, p95)
-        };
-        let (off, _) = share(&[]);
-        let (on, p95) = share(&["late.codel_covers_pause=true"]);
+        let (off, _) = trace_means(&s, t, capacity, &delays, &[]);
+        let (on, p95) = trace_means(&s, t, capacity, &delays, &["late.codel_covers_pause=true"]);
         assert!(
             on >= off + 0.03,
             "{t}: {:.1} % -> {:.1} % of the capacity",
