@@ -193,6 +193,10 @@ pub struct EngineCounters {
     /// packet was behind them.
     #[serde(default)]
     pub reorder_waited_for_links: u64,
+    /// Gaps of flows whose sender does not re-send their losses given up before their
+    /// hold time: no link could still bring the missing packet.
+    #[serde(default)]
+    pub reorder_gaps_lost: u64,
     /// Packets declared lost by loss detection.
     pub lost: u64,
     /// Packets taken for reinjection: a link's reinjection timer expired.
@@ -463,6 +467,7 @@ impl SessionStatus {
                 late_delivered: st.reorder.late_delivered,
                 reorder_aligned: st.reorder.aligned,
                 reorder_waited_for_links: st.reorder.waited_for_links,
+                reorder_gaps_lost: st.reorder.gaps_lost,
                 lost: st.lost,
                 reinjected_timer: st.reinjected_timer,
                 reinjected_link_down: st.reinjected_link_down,

@@ -402,6 +402,8 @@ impl Endpoint {
         reorder.max_extra = config.reorder_hold_max;
         reorder.align = config.redundant_align;
         reorder.max_align = config.reorder_hold_max;
+        // A configured hold is kept as configured (5.2).
+        reorder.release_lost = config.reorder_hold.is_none();
         Ok(Self {
             #[cfg(test)]
             report_all_ranges: false,
@@ -1104,6 +1106,13 @@ impl Endpoint {
         {
             hold = hold.max(wait.min(self.config.reorder_hold_max));
         }
+        // The links that may still bring a flow's missing packet (`Reorder::skip_lost`).
+        self.reorder.live = self
+            .links
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| *i < 64 && l.state != LinkState::Down)
+            .fold(0, |m, (i, _)| m | 1u64 << i);
         self.reorder
             .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf, data.recovered);
     }

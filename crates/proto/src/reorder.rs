@@ -132,6 +132,10 @@ pub struct ReorderStats {
     /// Gaps held past their hold time because a link that could still carry the
     /// missing packet was behind them.
     pub waited_for_links: u64,
+    /// Gaps of flows whose sender does not re-send their losses given up before their
+    /// hold time: every link the flow's packets came over lately had delivered packets
+    /// bound after the missing one, so it was lost ([`Reorder::skip_lost`]).
+    pub gaps_lost: u64,
 }
 
 #[derive(Debug)]
@@ -449,6 +453,13 @@ pub(crate) struct Reorder {
     rx_links: Vec<(u64, Instant)>,
     /// Flows whose first gap waits for a link that is behind it.
     waiting: Vec<FlowId>,
+    /// The links (a bit per link index) that may carry data now (not down), set by the
+    /// endpoint: one of them that delivered nothing lately may bring a flow's first
+    /// packet over it ([`Self::skip_lost`]).
+    pub(crate) live: u64,
+    /// Whether gaps no link can fill are given up at once ([`Self::skip_lost`]); not
+    /// with a configured hold time.
+    pub(crate) release_lost: bool,
     /// Playout alignment of redundant flows (`Config::redundant_align`).
     pub(crate) align: bool,
     /// Longest a first copy waits for its slower copies.
@@ -471,6 +482,8 @@ impl Reorder {
             max_extra: Duration::MAX,
             rx_links: Vec::new(),
             waiting: Vec::new(),
+            live: u64::MAX,
+            release_lost: true,
             align: false,
             max_align: Duration::MAX,
             stats: ReorderStats::default(),
@@ -753,7 +766,56 @@ impl Reorder {
                 Self::skip_to(f, first, now, &mut self.out, &mut self.stats);
             }
         }
+        if self.release_lost && !f.repaired && !f.held.is_empty() {
+            let live = self.live;
+            Self::skip_lost(f, &self.rx_links, live, now, &mut self.out, &mut self.stats);
+        }
         Self::reschedule(&mut self.due, flow, f);
+    }
+
+    /// Gives up, at once, the gaps of a flow whose sender does not re-send its losses
+    /// (not DATA_RECOVERED) that no link can fill any more: every link the flow's packets
+    /// came over lately has delivered a packet bound after the first one held behind the
+    /// gap (`behind`), and every link that may carry data (`live`) delivered something
+    /// lately (one that did not may be bringing the flow's first packet over it: the
+    /// overflow policy's secondary link as it starts, the one packet a min-rtt flow
+    /// sends on an idle slow link; or it may be in an outage with the packet on it). Each link delivers in the order it sends and
+    /// packets are bound in global order, so the missing packet was lost (one sent again
+    /// after its link failed comes over a link still behind it). The hold time is what
+    /// the links' delay spread lets a packet be late by; a flow on one link (a call
+    /// beside a download spread over a slow link) would otherwise wait that long at each
+    /// of its losses.
+    ///
+    /// A packet that comes after all (the flow moved to a busy link it had not used) is
+    /// delivered late, and does not lengthen every flow's hold as a gap that its hold
+    /// time gave up too early does ([`Self::extra_hold`]).
+    fn skip_lost(
+        f: &mut RxFlow,
+        links: &[(u64, Instant)],
+        live: u64,
+        now: Instant,
+        out: &mut VecDeque<Vec<u8>>,
+        stats: &mut ReorderStats,
+    ) {
+        let flow_links = f.links();
+        let idle = |i: usize| {
+            links
+                .get(i)
+                .is_none_or(|&(_, at)| at == Instant::ZERO || now - at >= LINK_MEMORY)
+        };
+        if (0..64).any(|i| live & (1u64 << i) != 0 && idle(i)) {
+            return;
+        }
+        while let Some((&seq, h)) = f.held.first_key_value() {
+            match h.gseq {
+                Some(g) if !behind(links, flow_links, g, now) => {
+                    stats.gaps_lost += 1;
+                    Self::skip_to(f, seq, now, out, stats);
+                    f.skipped_at = None;
+                }
+                _ => break,
+            }
+        }
     }
 
     fn skip_to(
@@ -1421,6 +1483,62 @@ mod tests {
         assert_eq!(at(&mut r, t(53)), vec![3, 4], "at 3's hold time");
         assert_eq!(r.stats.gaps_skipped, 1);
         assert_eq!(r.stats.waited_for_links, 0);
+    }
+
+    /// Flow 1, whose sender does not re-send its losses (a call), over link 0: its
+    /// packet `s` has global sequence `2 s` and comes at `s` ms; link 1 carries flow 2,
+    /// whose packet bound between flow 1's 0 and 1 comes at 1 ms. `live`: the links that
+    /// may carry data.
+    fn call_on_link_0(live: u64, repaired: bool) -> Reorder {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        r.live = live;
+        r.insert_copy(t(1), HOLD, FlowId(2), 1, 1, 0, vec![9], true);
+        for s in [0, 1] {
+            r.insert_copy(t(s), HOLD, FlowId(1), 0, 2 * s, s, vec![s as u8], repaired);
+        }
+        assert_eq!(drain(&mut r), vec![9, 0, 1]);
+        r
+    }
+
+    #[test]
+    fn a_lost_packet_of_a_flow_nobody_repairs_is_given_up_once_no_link_can_bring_it() {
+        // 2 is lost on link 0; 3 comes over link 0, bound after it: link 0 has passed 2,
+        // and link 1, which delivers (flow 2), carries nothing of flow 1. Released at
+        // once, not at 3's hold time (50 ms).
+        let mut r = call_on_link_0(0b11, false);
+        r.insert_copy(t(3), HOLD, FlowId(1), 0, 6, 3, vec![3], false);
+        assert_eq!(drain(&mut r), vec![3], "released on arrival");
+        assert_eq!((r.stats.gaps_lost, r.stats.gaps_skipped), (1, 1));
+        // 2 comes after all (flow 1 had moved to link 1 for it): delivered late, and the
+        // other flows' hold is not lengthened for it.
+        r.insert_copy(t(30), HOLD, FlowId(1), 1, 4, 2, vec![2], false);
+        assert_eq!(drain(&mut r), vec![2]);
+        assert_eq!(r.stats.late_delivered, 1);
+        assert_eq!(r.extra_hold(t(30)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_lost_packet_waits_its_hold_while_an_idle_link_may_bring_it() {
+        // As above, but link 2 is up and has delivered nothing lately: flow 1's packet 2
+        // may be the first one over it (a flow that just moved there). Held to 3's hold.
+        let mut r = call_on_link_0(0b111, false);
+        r.insert_copy(t(3), HOLD, FlowId(1), 0, 6, 3, vec![3], false);
+        assert_eq!(at(&mut r, t(52)), Vec::<u8>::new());
+        assert_eq!(at(&mut r, t(53)), vec![3], "at 3's hold time");
+        assert_eq!((r.stats.gaps_lost, r.stats.gaps_skipped), (0, 1));
+    }
+
+    #[test]
+    fn a_lost_packet_of_a_repaired_flow_waits_for_its_resend() {
+        // As in the first case, but the sender re-sends the flow's losses
+        // (DATA_RECOVERED): 2 is coming again, so 3 waits.
+        let mut r = call_on_link_0(0b11, true);
+        r.insert_copy(t(3), HOLD, FlowId(1), 0, 6, 3, vec![3], true);
+        assert_eq!(drain(&mut r), Vec::<u8>::new());
+        r.insert_copy(t(40), HOLD, FlowId(1), 1, 4, 2, vec![2], true);
+        assert_eq!(drain(&mut r), vec![2, 3]);
+        assert_eq!((r.stats.gaps_lost, r.stats.gaps_skipped), (0, 0));
     }
 
     #[test]

@@ -249,6 +249,9 @@ pub struct EngineReport {
     pub late_delivered: u64,
     /// Gaps held past their hold time while a link was behind them.
     pub reorder_waited_for_links: u64,
+    /// Gaps of flows whose sender does not re-send their losses given up before their
+    /// hold time: no link could still bring the missing packet.
+    pub reorder_gaps_lost: u64,
     /// Packets taken for reinjection because a link's reinjection timer expired.
     pub reinjected_timer: u64,
     /// Packets taken for reinjection because a link went down.
@@ -453,6 +456,7 @@ impl Report {
                 reorder_gaps_skipped: cs.reorder.gaps_skipped + ss.reorder.gaps_skipped,
                 late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,
                 reorder_waited_for_links: cs.reorder.waited_for_links + ss.reorder.waited_for_links,
+                reorder_gaps_lost: cs.reorder.gaps_lost + ss.reorder.gaps_lost,
                 reinjected_timer: cs.reinjected_timer + ss.reinjected_timer,
                 reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
                 reinjected_lost: cs.reinjected_lost + ss.reinjected_lost,
