@@ -348,6 +348,9 @@ pub struct Endpoint {
     lost_scratch: Vec<SentPacket>,
     /// CoDel interval in force, refreshed when RTTs or link states change.
     codel_interval: Duration,
+    /// At least two links can share an aggregate flow (refreshed with the CoDel
+    /// interval): an `auto` TCP flow is then an aggregate one (`PolicyKind::resolve`).
+    spreads: bool,
     /// Inner packets waiting to be re-sent on another link, oldest first. They go ahead
     /// of new data at the binding point.
     reinject: VecDeque<Pending>,
@@ -410,6 +413,7 @@ impl Endpoint {
             queues: FlowQueues::new(&config),
             reorder,
             codel_interval: config.codel_interval,
+            spreads: false,
             next_loss_report: now + config.loss_report_interval,
             next_housekeeping: now + Duration::from_secs(1),
             config,
@@ -617,15 +621,18 @@ impl Endpoint {
             let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
             (l.rtt.srtt.saturating_sub(lo) / 2, paused)
         };
-        let (mut spread, mut pause) = (Duration::ZERO, Duration::ZERO);
+        let (mut spread, mut pause, mut sharing) = (Duration::ZERO, Duration::ZERO, 0);
         for l in up() {
             let (lag, paused) = lag_pause(l);
             if lag + paused <= self.config.reorder_hold_max {
                 spread = spread.max(lag);
                 pause = pause.max(paused);
+                sharing += 1;
             }
         }
-        self.queues.set_aggregate_extra(spread, pause);
+        // An `auto` TCP flow is an aggregate one while at least two links can share it.
+        self.spreads = sharing >= 2;
+        self.queues.set_aggregate_extra(spread, pause, self.spreads);
         if !self.config.codel_covers_pause {
             return;
         }
@@ -1900,6 +1907,7 @@ impl Endpoint {
             .on_local_congestion(self.queues.overflow_congestion());
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
+        let spreads = self.spreads;
         let smallest = crate::policy::smallest_datagram(&views);
         let mut fit_views = std::mem::take(&mut self.fit_views);
         let mut small_views = std::mem::take(&mut self.small_views);
@@ -1932,12 +1940,15 @@ impl Endpoint {
                 }));
                 offered = &small_views;
             }
-            let binding = match flow.policy {
-                PolicyKind::MinRtt | PolicyKind::Redundant => policy.bind(now, &meta, offered),
+            let kind = flow.policy.resolve(flow.key.protocol, spreads);
+            let binding = match kind {
+                PolicyKind::MinRtt | PolicyKind::Redundant | PolicyKind::Auto => {
+                    policy.bind(now, &meta, offered)
+                }
                 PolicyKind::Aggregate => aggregate.bind(now, &meta, offered),
                 PolicyKind::Overflow => overflow.bind(now, &meta, offered),
             };
-            if flow.policy == PolicyKind::Aggregate
+            if kind == PolicyKind::Aggregate
                 && binding == Binding::Wait
                 && offered.iter().any(|v| v.has_room(now))
             {
@@ -1945,11 +1956,11 @@ impl Endpoint {
             }
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
-                    Some(i) if views[i].has_room(now) => Decision::Take((i, flow.policy, false)),
+                    Some(i) if views[i].has_room(now) => Decision::Take((i, kind, false)),
                     Some(i)
                         if small && views[i].has_room_small(now, meta.len, now - head.enqueued) =>
                     {
-                        Decision::Take((i, flow.policy, true))
+                        Decision::Take((i, kind, true))
                     }
                     _ => Decision::Wait,
                 },

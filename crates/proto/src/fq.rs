@@ -359,6 +359,8 @@ pub(crate) struct FlowQueues {
     /// delay spread alone.
     aggregate_extra: Duration,
     aggregate_spread: Duration,
+    /// Whether an `auto` TCP flow is an aggregate one now ([`PolicyKind::resolve`]).
+    spreads: bool,
     /// Each link's recent longest pause, by the engine's link index
     /// ([`Self::set_link_pauses`]).
     link_pauses: Vec<Duration>,
@@ -406,6 +408,7 @@ impl FlowQueues {
             configured_target: config.codel_target,
             aggregate_extra: Duration::ZERO,
             aggregate_spread: Duration::ZERO,
+            spreads: false,
             link_pauses: Vec::new(),
             last_taken: None,
             covers_pause: config.codel_covers_pause,
@@ -443,9 +446,17 @@ impl FlowQueues {
     /// flow's packets behind one that waits out a pause, the flow's acknowledgements
     /// stall, and the other links keep sending only from that queue. That queue is the
     /// price of aggregation, not a bad queue.
-    pub(crate) fn set_aggregate_extra(&mut self, spread: Duration, pause: Duration) {
+    /// `spreads`: at least two links can share an aggregate flow, so that an `auto` TCP
+    /// flow is one ([`PolicyKind::resolve`]).
+    pub(crate) fn set_aggregate_extra(&mut self, spread: Duration, pause: Duration, spreads: bool) {
         self.aggregate_extra = spread + pause;
         self.aggregate_spread = spread;
+        self.spreads = spreads;
+    }
+
+    /// The policy flow `f` is bound by now ([`PolicyKind::resolve`]).
+    fn policy_of(&self, f: &Flow) -> PolicyKind {
+        f.policy.resolve(f.key.protocol, self.spreads)
     }
 
     /// Sets each link's recent longest pause (how long it lately delivered nothing while
@@ -487,7 +498,9 @@ impl FlowQueues {
     /// (`docs/RESULTS.md` 19).
     fn target_of(&self, slot: usize) -> Duration {
         match self.flows[slot].as_ref() {
-            Some(f) if f.policy == PolicyKind::Aggregate => self.target + self.aggregate_extra,
+            Some(f) if self.policy_of(f) == PolicyKind::Aggregate => {
+                self.target + self.aggregate_extra
+            }
             // The overflow policy takes CoDel's drops as its congestion signal, measured
             // against the primary link's own queue (the bonding slides' evaluation).
             Some(f) if f.policy == PolicyKind::Overflow || !self.covers_pause => self.target,
@@ -668,9 +681,9 @@ impl FlowQueues {
         if self.overflow_slot == Some(slot) {
             return;
         }
-        let (target, spread) = (self.target, self.aggregate_spread);
+        let (target, spread, spreads) = (self.target, self.aggregate_spread, self.spreads);
         let f = flow_mut(&mut self.flows, slot);
-        let time = match f.policy {
+        let time = match f.policy.resolve(f.key.protocol, spreads) {
             PolicyKind::Aggregate => target + spread,
             _ => target,
         };
@@ -1209,7 +1222,7 @@ mod tests {
     #[test]
     fn an_aggregate_flows_clamp_target_has_the_links_spread_not_their_pause() {
         let mut q = FlowQueues::new(&Config::default());
-        q.set_aggregate_extra(Duration::from_millis(25), Duration::from_millis(300));
+        q.set_aggregate_extra(Duration::from_millis(25), Duration::from_millis(300), true);
         let t = Instant::ZERO;
         let (agg, other) = (pkt(1, 0, 1400, 0), pkt(2, 0, 1400, 0));
         let (ka, ko) = (classify(&agg).unwrap(), classify(&other).unwrap());
