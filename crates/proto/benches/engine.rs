@@ -12,8 +12,9 @@
 //! cost once they no longer stay in cache.
 //!
 //! A third group is the binding decision of each policy with 10,000 flows and 8 links
-//! (min-rtt, aggregate, overflow, redundant; a redundant packet costs two datagrams, both
-//! counted in its time).
+//! (min-rtt, aggregate, overflow, redundant, auto; a redundant packet costs two
+//! datagrams, both counted in its time; the packets are UDP, so auto binds them as
+//! min-rtt, after resolving the policy from the flow's protocol).
 //!
 //! Run: `cargo bench -p latebind-proto --bench engine`
 
@@ -229,6 +230,7 @@ fn bench(c: &mut Criterion) {
         PolicyKind::Aggregate,
         PolicyKind::Overflow,
         PolicyKind::Redundant,
+        PolicyKind::Auto,
     ] {
         let mut h = Harness::with(8, policy);
         let mut i = 0usize;

@@ -310,7 +310,7 @@ pub struct RuleToml {
     pub ports: Option<[u16; 2]>,
     /// Source or destination address prefix, `a.b.c.d/len` or an IPv6 prefix.
     pub prefix: Option<String>,
-    /// min-rtt, aggregate, overflow or redundant.
+    /// min-rtt, aggregate, overflow, redundant or auto.
     pub policy: String,
 }
 
