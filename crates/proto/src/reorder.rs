@@ -134,7 +134,8 @@ pub struct ReorderStats {
     pub waited_for_links: u64,
     /// Gaps of flows whose sender does not re-send their losses given up before their
     /// hold time: every link the flow's packets came over lately had delivered packets
-    /// bound after the missing one, so it was lost ([`Reorder::skip_lost`]).
+    /// bound after the missing one, and every link up had delivered data lately, so it
+    /// was lost ([`Reorder::skip_lost`]).
     pub gaps_lost: u64,
 }
 
@@ -777,14 +778,14 @@ impl Reorder {
     /// (not DATA_RECOVERED) that no link can fill any more: every link the flow's packets
     /// came over lately has delivered a packet bound after the first one held behind the
     /// gap (`behind`), and every link that may carry data (`live`) delivered something
-    /// lately (one that did not may be bringing the flow's first packet over it: the
-    /// overflow policy's secondary link as it starts, the one packet a min-rtt flow
-    /// sends on an idle slow link; or it may be in an outage with the packet on it). Each link delivers in the order it sends and
-    /// packets are bound in global order, so the missing packet was lost (one sent again
-    /// after its link failed comes over a link still behind it). The hold time is what
-    /// the links' delay spread lets a packet be late by; a flow on one link (a call
-    /// beside a download spread over a slow link) would otherwise wait that long at each
-    /// of its losses.
+    /// lately. One that did not may be bringing the flow's first packet over it (the
+    /// overflow policy's secondary link as it starts, the one packet a min-rtt flow sends
+    /// on an idle slow link), or be in an outage with the packet on it. Each link
+    /// delivers in the order it sends and packets are bound in global order, so the
+    /// missing packet was lost (one sent again after its link failed comes over a link
+    /// still behind it). The hold time is what the links' delay spread lets a packet be
+    /// late by; a flow on one link (a call beside a download spread over a slow link)
+    /// would otherwise wait that long at each of its losses.
     ///
     /// A packet that comes after all (the flow moved to a busy link it had not used) is
     /// delivered late, and does not lengthen every flow's hold as a gap that its hold
@@ -797,15 +798,20 @@ impl Reorder {
         out: &mut VecDeque<Vec<u8>>,
         stats: &mut ReorderStats,
     ) {
-        let flow_links = f.links();
         let idle = |i: usize| {
             links
                 .get(i)
                 .is_none_or(|&(_, at)| at == Instant::ZERO || now - at >= LINK_MEMORY)
         };
-        if (0..64).any(|i| live & (1u64 << i) != 0 && idle(i)) {
-            return;
+        let mut rest = live;
+        while rest != 0 {
+            let i = rest.trailing_zeros() as usize;
+            if idle(i) {
+                return;
+            }
+            rest &= rest - 1;
         }
+        let flow_links = f.links();
         while let Some((&seq, h)) = f.held.first_key_value() {
             match h.gseq {
                 Some(g) if !behind(links, flow_links, g, now) => {
