@@ -348,9 +348,6 @@ pub struct Endpoint {
     lost_scratch: Vec<SentPacket>,
     /// CoDel interval in force, refreshed when RTTs or link states change.
     codel_interval: Duration,
-    /// At least two links can share an aggregate flow (refreshed with the CoDel
-    /// interval): an `auto` TCP flow is then an aggregate one (`PolicyKind::resolve`).
-    spreads: bool,
     /// Inner packets waiting to be re-sent on another link, oldest first. They go ahead
     /// of new data at the binding point.
     reinject: VecDeque<Pending>,
@@ -413,7 +410,6 @@ impl Endpoint {
             queues: FlowQueues::new(&config),
             reorder,
             codel_interval: config.codel_interval,
-            spreads: false,
             next_loss_report: now + config.loss_report_interval,
             next_housekeeping: now + Duration::from_secs(1),
             config,
@@ -631,8 +627,7 @@ impl Endpoint {
             }
         }
         // An `auto` TCP flow is an aggregate one while at least two links can share it.
-        self.spreads = sharing >= 2;
-        self.queues.set_aggregate_extra(spread, pause, self.spreads);
+        self.queues.set_aggregate_extra(spread, pause, sharing >= 2);
         if !self.config.codel_covers_pause {
             return;
         }
@@ -1907,7 +1902,7 @@ impl Endpoint {
             .on_local_congestion(self.queues.overflow_congestion());
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
-        let spreads = self.spreads;
+        let spreads = self.queues.spreads();
         let smallest = crate::policy::smallest_datagram(&views);
         let mut fit_views = std::mem::take(&mut self.fit_views);
         let mut small_views = std::mem::take(&mut self.small_views);

@@ -454,6 +454,12 @@ impl FlowQueues {
         self.spreads = spreads;
     }
 
+    /// Whether at least two links can share an aggregate flow, so that an `auto` TCP flow
+    /// is one ([`Self::set_aggregate_extra`]).
+    pub(crate) fn spreads(&self) -> bool {
+        self.spreads
+    }
+
     /// The policy flow `f` is bound by now ([`PolicyKind::resolve`]).
     fn policy_of(&self, f: &Flow) -> PolicyKind {
         f.policy.resolve(f.key.protocol, self.spreads)
