@@ -54,37 +54,8 @@ fn aggregate_gets_the_sum_of_the_links_for_one_tcp_flow() {
 /// Two links under min-rtt, `near` and `fast` (each Mbit/s and ms one way, 1000-packet
 /// FIFOs), a bulk TCP flow and a probe (100 bytes every 20 ms from 1 s) in `direction`.
 fn near_and_fast(near: (f64, f64), fast: (f64, f64), direction: &str, secs: f64) -> String {
-    format!(
-        r#"
-[scenario]
-name = "near-and-fast"
-duration_s = {secs:?}
-[[links]]
-name = "near"
-rate_mbps = {:?}
-delay_ms = {:?}
-queue_packets = 1000
-[[links]]
-name = "fast"
-rate_mbps = {:?}
-delay_ms = {:?}
-queue_packets = 1000
-[[flows]]
-name = "bulk"
-kind = "tcp-bulk"
-direction = "{direction}"
-[[flows]]
-name = "probe"
-kind = "udp-cbr"
-direction = "{direction}"
-rate_mbps = 0.04
-packet_bytes = 100
-start_s = 1.0
-[late]
-policy = "min-rtt"
-"#,
-        near.0, near.1, fast.0, fast.1
-    )
+    let links = [(near.0, near.1, 0.0, 0.0), (fast.0, fast.1, 0.0, 0.0)];
+    mix(&links, direction, "min-rtt", secs, 1)
 }
 
 /// A bulk flow under min-rtt (the default policy) takes the link where its backlog
