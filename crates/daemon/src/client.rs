@@ -613,6 +613,9 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
     if let Some(on) = c.codel_covers_pause {
         config.codel_covers_pause = on;
     }
+    if let Some(on) = c.aggregate_arrival_order {
+        config.aggregate_arrival_order = on;
+    }
     cfg.policies.apply(&mut config);
     config.hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let mut engine = Endpoint::new(config, t).map_err(|e| anyhow::anyhow!("engine: {e}"))?;

@@ -120,6 +120,11 @@ pub struct ClientSection {
     /// of the link it is bound to (`docs/protocol.md` 4.1): on cellular links, more of
     /// the link for a download, a longer wait for a small flow beside it. Default false.
     pub codel_covers_pause: Option<bool>,
+    /// An aggregate flow's slower link is sent the packet that arrives in order there,
+    /// not the flow's head (`docs/protocol.md` 4.2): beside a slow link far away, a
+    /// transfer keeps the fast link's rate; a cut of a faster link leaves a longer gap.
+    /// Default false.
+    pub aggregate_arrival_order: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
@@ -304,6 +309,11 @@ pub struct ServerSection {
     /// of the link it is bound to (`docs/protocol.md` 4.1): on cellular links, more of
     /// the link for a download, a longer wait for a small flow beside it. Default false.
     pub codel_covers_pause: Option<bool>,
+    /// An aggregate flow's slower link is sent the packet that arrives in order there,
+    /// not the flow's head (`docs/protocol.md` 4.2): beside a slow link far away, a
+    /// transfer keeps the fast link's rate; a cut of a faster link leaves a longer gap.
+    /// Default false.
+    pub aggregate_arrival_order: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.

@@ -123,6 +123,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let header_compression = s.header_compression;
     let tcp_window_clamp = s.tcp_window_clamp;
     let codel_covers_pause = s.codel_covers_pause;
+    let aggregate_arrival_order = s.aggregate_arrival_order;
     let session_timeout = cfg.session_timeout;
     let policies = cfg.policies.clone();
     let mut ready = Vec::<Ready>::new();
@@ -276,6 +277,9 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                         }
                                         if let Some(on) = codel_covers_pause {
                                             config.codel_covers_pause = on;
+                                        }
+                                        if let Some(on) = aggregate_arrival_order {
+                                            config.aggregate_arrival_order = on;
                                         }
                                         policies.apply(&mut config);
                                         let engine = Endpoint::new(config, t)

@@ -24,7 +24,8 @@
 //!   `dispatch_rt_priority` and `pacing_rate_mbps` go into the client's file (the
 //!   dispatch stage runs on the client only; the server gets `rate_control`).
 //!   `tun_offload`, `ack_filter`, `header_compression`, `ack_ride_wait_ms`,
-//!   `tcp_window_clamp` and `codel_covers_pause` go into both files.
+//!   `tcp_window_clamp`, `codel_covers_pause` and `aggregate_arrival_order` go into both
+//!   files.
 //!   `seed_capacity` gives each client link `capacity_mbps`, its uplink's rate or trace
 //!   mean; the server's links are not seeded (its file has no per-link section).
 //! - The daemons run in `SCHED_FIFO` at the traffic tools' priority (set by the runner
@@ -109,6 +110,11 @@ pub fn configs(scenario: &Scenario, links: &[LinkAddrs], dir: &Path) -> Result<(
         engine,
         "codel_covers_pause = {}",
         spec.late.codel_covers_pause
+    )?;
+    writeln!(
+        engine,
+        "aggregate_arrival_order = {}",
+        spec.late.aggregate_arrival_order
     )?;
     let mut server = String::new();
     writeln!(server, "# written by latebind lab (mode late)")?;

@@ -1745,13 +1745,11 @@ impl Endpoint {
             self.stats.redundant_copies_too_big += 1;
             return None;
         }
-        let chosen = match MinRtt.bind(now, &meta, &views) {
-            Binding::Link(id) => views
-                .iter()
-                .position(|v| v.id == id)
-                .filter(|&i| views[i].has_room(now)),
-            Binding::Wait => None,
-        };
+        let chosen = MinRtt
+            .bind(now, &meta, &views)
+            .link()
+            .and_then(|id| views.iter().position(|v| v.id == id))
+            .filter(|&i| views[i].has_room(now));
         self.reinject_views = views;
         let li = chosen?;
         let queue = match which {
@@ -1903,6 +1901,7 @@ impl Endpoint {
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
         let spreads = self.queues.spreads();
+        let arrival_order = self.config.aggregate_arrival_order;
         let smallest = crate::policy::smallest_datagram(&views);
         let mut fit_views = std::mem::take(&mut self.fit_views);
         let mut small_views = std::mem::take(&mut self.small_views);
@@ -1949,6 +1948,12 @@ impl Endpoint {
             {
                 left_out = true;
             }
+            // Only a packet taken in the round robin may come from behind its flow's head
+            // (a small flow has about one packet waiting), and only when asked.
+            let binding = match binding {
+                Binding::Behind(id, _) if small || !arrival_order => Binding::Link(id),
+                b => b,
+            };
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => Decision::Take((i, kind, false)),
@@ -1956,6 +1961,12 @@ impl Endpoint {
                         if small && views[i].has_room_small(now, meta.len, now - head.enqueued) =>
                     {
                         Decision::Take((i, kind, true))
+                    }
+                    _ => Decision::Wait,
+                },
+                Binding::Behind(id, bytes) => match views.iter().position(|v| v.id == id) {
+                    Some(i) if views[i].has_room(now) => {
+                        Decision::TakeBehind((i, kind, false), bytes)
                     }
                     _ => Decision::Wait,
                 },

@@ -134,6 +134,42 @@ impl Packets {
         Some(packet)
     }
 
+    /// Removes the packet of `fifo` (which holds one) that the most bytes are ahead of
+    /// without exceeding `bytes`, each packet counted as `per_packet` plus its length; the
+    /// last packet if all of them fit. Returns it and how many packets were ahead of it.
+    fn remove_behind(
+        &mut self,
+        fifo: &mut Fifo,
+        bytes: usize,
+        per_packet: usize,
+    ) -> (Queued, usize) {
+        let (mut prev, mut i, mut ahead, mut n) = (NIL, fifo.head, 0usize, 0usize);
+        loop {
+            let node = &self.nodes[i as usize];
+            let behind = ahead + per_packet + node.packet.data.len();
+            if node.next == NIL || behind > bytes {
+                break;
+            }
+            (prev, i, ahead, n) = (i, node.next, behind, n + 1);
+        }
+        if prev == NIL {
+            return (self.pop_front(fifo).expect("the FIFO holds a packet"), 0);
+        }
+        let next = self.nodes[i as usize].next;
+        self.nodes[prev as usize].next = next;
+        if next == NIL {
+            fifo.tail = prev;
+        }
+        let node = &mut self.nodes[i as usize];
+        let packet = Queued {
+            data: std::mem::take(&mut node.packet.data),
+            enqueued: node.packet.enqueued,
+        };
+        node.next = self.free;
+        self.free = i;
+        (packet, n)
+    }
+
     fn back_mut(&mut self, fifo: Fifo) -> Option<&mut Queued> {
         (fifo.tail != NIL).then(|| &mut self.nodes[fifo.tail as usize].packet)
     }
@@ -297,6 +333,13 @@ pub(crate) struct Flow {
     codel: Codel,
     /// Next flow sequence number to put on the wire.
     pub(crate) next_seq: u64,
+    /// Sequence numbers above `next_seq` already given to packets taken from behind the
+    /// head ([`Decision::TakeBehind`]), ascending: the packets ahead of them get the
+    /// numbers in between as they leave.
+    taken_ahead: Vec<u64>,
+    /// When a packet was last taken from behind its head: its head then waits, by
+    /// design, for the links that deliver sooner (CoDel's target, [`FlowQueues::target_of`]).
+    taken_behind_at: Option<Instant>,
     last_active: Instant,
     /// The backlog its sender is held to by the receive-window clamp (4.1), 0 if none:
     /// CoDel leaves a queue within it alone.
@@ -331,6 +374,12 @@ pub struct QueueStats {
 pub(crate) enum Decision<T> {
     /// Take the packet; the caller binds it with `T`.
     Take(T),
+    /// Take instead the flow's packet that about this many bytes of its queue are ahead
+    /// of, each packet counted as its datagram (`wire::DATA_OVERHEAD` more than its
+    /// payload): the last one whose bytes ahead do not exceed it, or the last packet
+    /// ([`crate::policy::Binding::Behind`]). It gets the flow sequence number it would
+    /// have had at the head, so the receiver releases it in the flow's order.
+    TakeBehind(T, usize),
     /// Leave it at the head; nothing can take it now.
     Wait,
 }
@@ -502,10 +551,17 @@ impl FlowQueues {
     /// average half of it. That queue drains when the link delivers again; dropping for
     /// it cut the inner TCP's window to what the link carries between its pauses
     /// (`docs/RESULTS.md` 19).
-    fn target_of(&self, slot: usize) -> Duration {
+    fn target_of(&self, slot: usize, now: Instant) -> Duration {
         match self.flows[slot].as_ref() {
             Some(f) if self.policy_of(f) == PolicyKind::Aggregate => {
-                self.target + self.aggregate_extra
+                let behind = f.taken_behind_at.is_some_and(|t| now - t < self.interval);
+                self.target
+                    + self.aggregate_extra
+                    + if behind {
+                        self.aggregate_spread
+                    } else {
+                        Duration::ZERO
+                    }
             }
             // The overflow policy takes CoDel's drops as its congestion signal, measured
             // against the primary link's own queue (the bonding slides' evaluation).
@@ -640,6 +696,8 @@ impl FlowQueues {
             list: List::None,
             codel: Codel::default(),
             next_seq: 0,
+            taken_ahead: Vec::new(),
+            taken_behind_at: None,
             last_active: now,
             allowance: 0,
             link: None,
@@ -802,6 +860,11 @@ impl FlowQueues {
                     let (q, id, seq) = self.take_head(slot);
                     Some((q, id, seq, t))
                 }
+                Decision::TakeBehind(t, bytes) => {
+                    flow_mut(&mut self.flows, slot).taken_behind_at = Some(now);
+                    let (q, id, seq) = self.take_behind(slot, bytes);
+                    Some((q, id, seq, t))
+                }
             };
         }
         None
@@ -829,7 +892,8 @@ impl FlowQueues {
             };
             return match decide(flow, head) {
                 Decision::Wait => None,
-                Decision::Take(t) => {
+                // A small flow has about one packet waiting: its head.
+                Decision::Take(t) | Decision::TakeBehind(t, _) => {
                     self.small.pop_front();
                     self.small_listed[slot] = false;
                     let (q, id, seq) = self.take_head(slot);
@@ -851,15 +915,65 @@ impl FlowQueues {
     /// Takes the head packet of the flow in `slot` (which has one): its id and sequence
     /// number; the round robin charges the flow for it.
     fn take_head(&mut self, slot: usize) -> (Queued, FlowId, u64) {
+        let flow = flow_mut(&mut self.flows, slot);
+        let q = self.store.pop_front(&mut flow.queue).expect("head exists");
+        self.took_head_number(slot, q)
+    }
+
+    /// Takes the packet of the flow in `slot` (which has one) that about `bytes` of its
+    /// queue are ahead of ([`Decision::TakeBehind`]), numbered as it would have been at
+    /// the head: the packets ahead of it take the numbers below it as they leave. A
+    /// packet ahead of it that CoDel drops instead leaves its number to the next one
+    /// taken, which may then be a packet behind it: the flow never has a hole in its
+    /// numbers, at worst two packets swapped.
+    fn take_behind(&mut self, slot: usize, bytes: usize) -> (Queued, FlowId, u64) {
+        let flow = flow_mut(&mut self.flows, slot);
+        let (q, ahead) =
+            self.store
+                .remove_behind(&mut flow.queue, bytes, crate::wire::DATA_OVERHEAD);
+        // The `ahead`-th number from `next_seq` on that no packet carries yet.
+        let mut seq = flow.next_seq + ahead as u64;
+        let mut at = 0;
+        while let Some(&taken) = flow.taken_ahead.get(at)
+            && taken <= seq
+        {
+            seq += 1;
+            at += 1;
+        }
+        if seq == flow.next_seq {
+            return self.took_head_number(slot, q);
+        }
+        flow.taken_ahead.insert(at, seq);
+        self.took(slot, q, seq)
+    }
+
+    /// Numbers packet `q`, just taken from the flow in `slot`, with its next sequence
+    /// number, past which come the numbers that packets taken from behind the head
+    /// already carry.
+    fn took_head_number(&mut self, slot: usize, q: Queued) -> (Queued, FlowId, u64) {
+        let flow = flow_mut(&mut self.flows, slot);
+        let seq = flow.next_seq;
+        flow.next_seq += 1;
+        let passed = flow
+            .taken_ahead
+            .iter()
+            .zip(flow.next_seq..)
+            .take_while(|(taken, next)| **taken == *next)
+            .count();
+        flow.taken_ahead.drain(..passed);
+        flow.next_seq += passed as u64;
+        self.took(slot, q, seq)
+    }
+
+    /// Accounts for packet `q` of the flow in `slot`, numbered `seq`, leaving the queues:
+    /// the round robin charges the flow for it.
+    fn took(&mut self, slot: usize, q: Queued, seq: u64) -> (Queued, FlowId, u64) {
         if self.covers_pause {
             self.last_taken = Some(slot);
         }
         let flow = flow_mut(&mut self.flows, slot);
-        let q = self.store.pop_front(&mut flow.queue).expect("head exists");
         flow.bytes -= q.data.len();
         flow.deficit -= q.data.len() as i64;
-        let seq = flow.next_seq;
-        flow.next_seq += 1;
         let id = flow.id;
         self.packets -= 1;
         self.bytes -= q.data.len();
@@ -885,7 +999,7 @@ impl FlowQueues {
     fn codel_head(&mut self, now: Instant, slot: usize) -> bool {
         // The common cases, as `codel_head_slow` handles them: an empty queue, and a queue
         // that is fine outside a dropping state (it keeps its head).
-        let target = self.target_of(slot);
+        let target = self.target_of(slot, now);
         let flow = flow_mut(&mut self.flows, slot);
         let Some(head) = self.store.front(flow.queue) else {
             flow.codel.first_above_time = None;
@@ -1252,7 +1366,31 @@ mod tests {
         let slot = (0..q.flows.len())
             .find(|&s| q.flows[s].as_ref().is_some_and(|f| f.key == ka.key))
             .unwrap();
-        assert_eq!(q.target_of(slot), target + Duration::from_millis(325));
+        assert_eq!(
+            q.target_of(slot, Instant::ZERO),
+            target + Duration::from_millis(325)
+        );
+        // Once it sent a packet from behind its head, its head waits for the links that
+        // deliver sooner by design: the spread once more, for an interval.
+        q.enqueue(t, &ka, PolicyKind::Aggregate, pkt(1, 0, 1400, 0));
+        let taken = q.dequeue_with(t, |f, _| {
+            if f.key == ka.key {
+                Decision::TakeBehind((), 2000)
+            } else {
+                Decision::Take(())
+            }
+        });
+        assert!(taken.is_some());
+        let behind = target + Duration::from_millis(350);
+        assert_eq!(q.target_of(slot, t), behind);
+        assert_eq!(
+            q.target_of(slot, t + (q.interval - Duration::from_nanos(1))),
+            behind
+        );
+        assert_eq!(
+            q.target_of(slot, t + q.interval),
+            target + Duration::from_millis(325)
+        );
     }
 
     #[test]
@@ -1388,6 +1526,94 @@ mod tests {
         for v in seqs.values() {
             assert_eq!(v, &vec![0, 1, 2]);
         }
+    }
+
+    /// Packets of one flow, each marked with its place in the flow (byte 27).
+    fn numbered_flow(q: &mut FlowQueues, n: u8) {
+        for i in 0..n {
+            let mut p = pkt(1, 0, 100, 0);
+            p[27] = i;
+            enq(q, Instant::ZERO, p);
+        }
+    }
+
+    #[test]
+    fn a_packet_taken_from_behind_the_head_keeps_its_place_in_the_flows_numbers() {
+        // Taken at random from the head or from behind it, every packet gets the number
+        // of its place in the flow, as if all had left from the head in order.
+        let datagram = crate::wire::DATA_OVERHEAD + 100;
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..50 {
+            let mut q = FlowQueues::new(&Config::default());
+            numbered_flow(&mut q, 40);
+            let mut seen = Vec::new();
+            loop {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let behind = rng
+                    .is_multiple_of(3)
+                    .then(|| (rng >> 8) as usize % (12 * datagram));
+                let Some((p, _, seq, ())) = q.dequeue_with(Instant::ZERO, |_, _| match behind {
+                    Some(bytes) => Decision::TakeBehind((), bytes),
+                    None => Decision::Take(()),
+                }) else {
+                    break;
+                };
+                assert_eq!(
+                    seq,
+                    u64::from(p.data[27]),
+                    "packet {} numbered {seq}",
+                    p.data[27]
+                );
+                seen.push(seq);
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, (0..40).collect::<Vec<_>>());
+            assert_eq!((q.packets(), q.bytes()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn taking_from_behind_picks_the_packet_the_bytes_ahead_reach() {
+        let datagram = crate::wire::DATA_OVERHEAD + 100;
+        let mut q = FlowQueues::new(&Config::default());
+        numbered_flow(&mut q, 6);
+        let mut take = |bytes| {
+            q.dequeue_with(Instant::ZERO, |_, _| Decision::TakeBehind((), bytes))
+                .map(|(p, _, seq, ())| (p.data[27], seq))
+        };
+        // Three packets ahead fit in 3.5 datagrams, four do not.
+        assert_eq!(take(3 * datagram + datagram / 2), Some((3, 3)));
+        // Less than one datagram: the head.
+        assert_eq!(take(datagram - 1), Some((0, 0)));
+        // More than the whole queue (1, 2, 4, 5): the last packet.
+        assert_eq!(take(100 * datagram), Some((5, 5)));
+        assert_eq!(take(0), Some((1, 1)));
+        assert_eq!(take(datagram), Some((4, 4)));
+        assert_eq!(take(datagram), Some((2, 2)));
+        assert_eq!(take(0), None);
+    }
+
+    #[test]
+    fn a_packet_dropped_ahead_of_one_taken_from_behind_leaves_no_hole_in_the_numbers() {
+        // CoDel drops at the head: the packets left take the numbers in order, and the
+        // receiver never waits for a number no packet carries.
+        let datagram = crate::wire::DATA_OVERHEAD + 100;
+        let mut q = FlowQueues::new(&Config::default());
+        numbered_flow(&mut q, 8);
+        let (_, _, seq, ()) = q
+            .dequeue_with(Instant::ZERO, |_, _| Decision::TakeBehind((), 4 * datagram))
+            .unwrap();
+        assert_eq!(seq, 4);
+        // Two packets ahead of it are lost above the binding point.
+        assert!(q.drop_from_fattest() && q.drop_from_fattest());
+        let mut seqs = vec![seq];
+        while let Some((_, _, seq, ())) = q.dequeue_with(Instant::ZERO, |_, _| Decision::Take(())) {
+            seqs.push(seq);
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (0..6).collect::<Vec<_>>());
     }
 
     #[test]

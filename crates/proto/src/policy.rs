@@ -10,7 +10,8 @@
 //! - [`MinRtt`]: the link that delivers soonest (the default);
 //! - [`Aggregate`]: earliest completion first: a flow with a backlog also uses slower
 //!   links, when a packet sent there arrives before the backlog would have drained through
-//!   the faster one, so one flow gets the sum of the links;
+//!   the faster one, so one flow gets the sum of the links; such a link may be sent the
+//!   packet of the backlog that arrives in order there ([`Binding::Behind`]);
 //! - [`Overflow`]: the bonding slides' weighted round robin, a primary link first and the
 //!   others with weights that follow the primary's reported loss (AWI, IWI, DWD);
 //! - redundant: MinRtt's choice, and a copy on the next best links (the engine sends the
@@ -174,8 +175,24 @@ pub fn policy_for(
 pub enum Binding {
     /// Bind the packet to this link now. The link must have room (see [`LinkView::has_room`]).
     Link(LinkId),
+    /// Bind to this link now (it has room) not the flow's head packet but the one that
+    /// this many bytes of the flow's backlog (datagrams, as [`PacketMeta::len`] counts
+    /// them) are ahead of: the packet the faster links would deliver about when one sent
+    /// here arrives ([`Aggregate`]), so the flow arrives in order. The queues take the
+    /// last packet if the backlog is shorter.
+    Behind(LinkId, usize),
     /// Keep the packet above the binding point for now.
     Wait,
+}
+
+impl Binding {
+    /// The link the packet goes on, if any.
+    pub fn link(self) -> Option<LinkId> {
+        match self {
+            Self::Link(id) | Self::Behind(id, _) => Some(id),
+            Self::Wait => None,
+        }
+    }
 }
 
 /// A binding policy.
@@ -568,13 +585,79 @@ impl BindPolicy for Aggregate {
         // When the backlog would have finished arriving through the best link.
         let completion = best_arrival as f64 + packet.backlog as f64 * 1e9 / rate;
         match best_with_room {
-            Some((arrival, id)) if (arrival as f64) < completion => Binding::Link(id),
+            Some((arrival, id)) if (arrival as f64) < completion => {
+                Self::behind(now, packet, links, id)
+            }
             _ => Binding::Wait,
         }
     }
 }
 
 impl Aggregate {
+    /// The binding for link `id`, which has room but is not where the flow's head packet
+    /// arrives soonest. Sent there, the head packet would arrive after the packets behind
+    /// it that the links ahead (where it would arrive sooner) carry, and the receiver
+    /// would hold them all for it: the flow's trip grows by the links' delay spread. So
+    /// `id` may take instead the packet that the links ahead, each from its own arrival
+    /// on at its own rate, would deliver about when one sent on `id` now arrives
+    /// ([`Binding::Behind`]; earliest-arrival scheduling), so that the flow arrives in
+    /// order.
+    ///
+    /// That place is a forecast: aimed early by how far off it may be (`err`: both links'
+    /// RTT variation and a packet's time on the link ahead), since a packet of `id` that
+    /// comes before the packets ahead of it waits alone at the receiver, one that comes
+    /// after them holds them all. Rates are the slower of the drain rate and the rate
+    /// acknowledgements measured. And it is taken only where it holds less at the
+    /// receiver (bytes times seconds, per second) than the head would: sent from the
+    /// head, the packet holds what the links ahead deliver over its lag; sent from
+    /// behind, each packet of `id` waits up to `err`, and a packet lost on a link ahead
+    /// holds those of `id` that come while it is found lost and sent again, where from
+    /// the head its repair mostly fits in the lag. A slow link far away beside a fast one
+    /// takes from behind; a fast link far away beside a slow, lossy one near takes the
+    /// head (`docs/RESULTS.md` 8.7).
+    fn behind(now: Instant, packet: &PacketMeta, links: &[LinkView], id: LinkId) -> Binding {
+        let Some(link) = links.iter().find(|l| l.id == id) else {
+            return Binding::Link(id);
+        };
+        let here = Self::arrival_ns(now, packet.len, link);
+        let rate_of = |l: &LinkView| MinRtt::slower_known(Self::rate(l), l.delivery_rate);
+        // The links ahead, each with its lag behind `id` (seconds).
+        let ahead_links = || {
+            usable(links).filter(|l| l.id != id).filter_map(move |l| {
+                let there = Self::arrival_ns(now, packet.len, l);
+                (there < here).then(|| (l, (here - there) as f64 / 1e9))
+            })
+        };
+        let err = link.rttvar.as_secs_f64()
+            + ahead_links()
+                .map(|(l, _)| {
+                    let packet_time = match rate_of(l) {
+                        r if r > 0.0 => packet.len as f64 / r,
+                        _ => 0.0,
+                    };
+                    l.rttvar.as_secs_f64() + packet_time
+                })
+                .fold(0.0, f64::max);
+        let rate = rate_of(link);
+        let (mut ahead, mut held_head, mut held_behind) = (0.0, 0.0, rate * err);
+        for (l, lag) in ahead_links() {
+            let rate_l = rate_of(l);
+            ahead += (lag - err).max(0.0) * rate_l;
+            held_head += lag * rate_l;
+            // Found lost by the time threshold or the link's timer, whichever is later
+            // (the receiver's wait for a resend, 4.4), and sent again over the link.
+            let found = (crate::link::loss_delay(l.srtt) + l.rttvar * 2).max(l.srtt + l.rttvar * 4);
+            let repair = (found + l.srtt / 2 + l.rttvar * 2).as_secs_f64();
+            let losses = l.loss_rate * rate_l / packet.len as f64;
+            held_behind += losses * rate * repair * repair / 2.0;
+        }
+        if ahead < packet.len as f64 || held_behind >= held_head {
+            return Binding::Link(id);
+        }
+        // Saturates for a huge product; the queues take the last packet then.
+        Binding::Behind(id, ahead as usize)
+    }
+
     /// The expected arrival of a packet whose arrival on `link` would be `raw_ns` if the
     /// link did not lose it: with the link's loss rate `p`, the packet is lost, found lost
     /// (the sender's time threshold, 9/8 of the link's smoothed RTT) and sent again on
@@ -1149,10 +1232,63 @@ mod tests {
             "7 ms of backlog: the best link delivers it before the slow one would"
         );
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
-            Binding::Link(LinkId(1)),
-            "90 ms of backlog: the slow link delivers this packet sooner"
+            Aggregate
+                .bind(Instant::ZERO, &meta_backlog(40 * 1400), &links)
+                .link(),
+            Some(LinkId(1)),
+            "90 ms of backlog: the slow link delivers a packet sooner"
         );
+    }
+
+    #[test]
+    fn aggregate_sends_a_slower_link_the_packet_that_arrives_in_order_there() {
+        // As above: a packet sent on the slower link now arrives 30 ms from now, 13.28 ms
+        // after the head would through the best link (16.72 ms). Not the head, then, but
+        // the packet the best link would deliver then, aimed early by a packet's time on
+        // the best link (2.24 ms; no RTT variation): 11.04 ms at 5 Mbit/s, 6900 bytes of
+        // the backlog ahead of it. The receiver holds 1400 bytes for 2.24 ms per packet
+        // of the slower link, instead of 13.28 ms of the best link's packets.
+        let links = [view(0, 20, 2), view(1, 60, 0)];
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            Binding::Behind(LinkId(1), 6900)
+        );
+        // RTT variation moves the aim earlier still: 1 ms on each link, 4.24 ms in all:
+        // 9.04 ms at 5 Mbit/s, 5650 bytes.
+        let mut varied = links;
+        varied[0].rttvar = Duration::from_millis(1);
+        varied[1].rttvar = Duration::from_millis(1);
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &varied),
+            Binding::Behind(LinkId(1), 5650)
+        );
+    }
+
+    #[test]
+    fn aggregate_sends_a_slower_link_the_head_where_the_links_ahead_would_hold_it_longer() {
+        let links = [view(0, 20, 2), view(1, 60, 0)];
+        // The slower link carries 100 times the best one's rate: its every packet would
+        // wait for the best link's, 140 KB for 2.24 ms against 8.3 KB for 13.28 ms.
+        let mut fast = links;
+        fast[1].tx_rate = 62_500_000.0;
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &fast),
+            Binding::Link(LinkId(1))
+        );
+        // The best link loses a tenth of its packets: 45 losses a second, each holding
+        // the slower link's packets while it is found lost and sent again (32.5 ms).
+        let mut lossy = links;
+        lossy[0].loss_rate = 0.1;
+        assert_eq!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
+            Binding::Link(LinkId(1))
+        );
+        // A hundredth: from behind still.
+        lossy[0].loss_rate = 0.01;
+        assert!(matches!(
+            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
+            Binding::Behind(LinkId(1), _)
+        ));
     }
 
     #[test]
@@ -1168,16 +1304,16 @@ mod tests {
         lossy[1].loss_rate = 0.2;
         let backlog = |n: usize| meta_backlog(n * 1400);
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog(10), &clean),
-            Binding::Link(LinkId(1))
+            Aggregate.bind(Instant::ZERO, &backlog(10), &clean).link(),
+            Some(LinkId(1))
         );
         assert_eq!(
             Aggregate.bind(Instant::ZERO, &backlog(10), &lossy),
             Binding::Wait
         );
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog(20), &lossy),
-            Binding::Link(LinkId(1))
+            Aggregate.bind(Instant::ZERO, &backlog(20), &lossy).link(),
+            Some(LinkId(1))
         );
         // Losing on the best link moves nothing while it is the only one with room.
         let mut best_lossy = clean;
@@ -1200,8 +1336,10 @@ mod tests {
         best.cc_rate = 625_000.0;
         let links = [best, view(1, 60, 0)];
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
-            Binding::Link(LinkId(1))
+            Aggregate
+                .bind(Instant::ZERO, &meta_backlog(40 * 1400), &links)
+                .link(),
+            Some(LinkId(1))
         );
         // Without the bottleneck's rate, the interface's says the backlog drains at once.
         let mut fast = links[0];
@@ -1224,8 +1362,10 @@ mod tests {
         let mut lte = view(1, 60, 0);
         lte.tx_rate = 7_500.0; // 0.06 Mbit/s
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
-            Binding::Link(LinkId(1))
+            Aggregate
+                .bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte])
+                .link(),
+            Some(LinkId(1))
         );
         // Once it has packets below the binding point, its interface rate counts: at
         // that rate the next one would wait behind them.
@@ -1251,8 +1391,8 @@ mod tests {
         lte.capacity = 900_000.0; // 7.2 Mbit/s
         let backlog = meta_backlog(40_000);
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog, &[best, lte]),
-            Binding::Link(LinkId(1))
+            Aggregate.bind(Instant::ZERO, &backlog, &[best, lte]).link(),
+            Some(LinkId(1))
         );
         let mut unknown = lte;
         unknown.capacity = 0.0;

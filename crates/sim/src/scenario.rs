@@ -245,6 +245,10 @@ pub struct LateKnobs {
     /// (the engine's `codel_covers_pause`). Default false.
     #[serde(default)]
     pub codel_covers_pause: bool,
+    /// An aggregate flow's slower link is sent the packet that arrives in order there
+    /// (the engine's `aggregate_arrival_order`). Default false.
+    #[serde(default)]
+    pub aggregate_arrival_order: bool,
     /// Rate control on each link starts from the link's capacity in that direction (its
     /// rate, or its trace's mean) instead of searching for it, as a daemon does with a
     /// link's `capacity_mbps` (measured beforehand with `latebind probe`). Default false.
@@ -471,6 +475,7 @@ impl Default for LateKnobs {
             codel_target_ms: default_codel_target_ms(),
             tcp_window_clamp: false,
             codel_covers_pause: false,
+            aggregate_arrival_order: false,
             seed_capacity: false,
             dispatch: false,
             dispatch_horizon_us: default_dispatch_horizon_us(),

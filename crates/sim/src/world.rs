@@ -516,6 +516,7 @@ impl World {
                     c.codel_target = spec.late.codel_target();
                     c.tcp_window_clamp = spec.late.tcp_window_clamp;
                     c.codel_covers_pause = spec.late.codel_covers_pause;
+                    c.aggregate_arrival_order = spec.late.aggregate_arrival_order;
                 }
                 let mut c = Endpoint::new(cc, now_i(Duration::ZERO)).map_err(|e| {
                     ScenarioError::Invalid {
