@@ -572,10 +572,7 @@ impl Endpoint {
         let alive = || self.links.iter().filter(|l| l.state != LinkState::Down);
         alive().nth(1)?;
         let found = alive()
-            .map(|l| {
-                (crate::link::loss_delay(l.rtt.srtt) + l.rtt.rttvar * 2)
-                    .max(l.rtt.srtt + l.rtt.rttvar * 4)
-            })
+            .map(|l| crate::link::found_lost_by(l.rtt.srtt, l.rtt.rttvar))
             .max()?;
         let resend = alive().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).min()?;
         Some(found + self.config.max_ack_delay + resend)

@@ -377,8 +377,8 @@ pub(crate) enum Decision<T> {
     /// Take instead the flow's packet that about this many bytes of its queue are ahead
     /// of, each packet counted as its datagram (`wire::DATA_OVERHEAD` more than its
     /// payload): the last one whose bytes ahead do not exceed it, or the last packet
-    /// ([`crate::policy::Binding::Behind`]). It gets the flow sequence number it would
-    /// have had at the head, so the receiver releases it in the flow's order.
+    /// ([`crate::policy::Binding::Behind`]). It gets the flow sequence number of its
+    /// place in the flow, so the receiver releases it in the flow's order.
     TakeBehind(T, usize),
     /// Leave it at the head; nothing can take it now.
     Wait,

@@ -876,6 +876,14 @@ pub(crate) fn loss_delay(rtt: Duration) -> Duration {
     rtt * 9 / 8
 }
 
+/// How long after it was sent a packet lost on a link of smoothed RTT `srtt` and RTT
+/// variation `rttvar` is found lost at the latest: by the time threshold, with twice the
+/// variation, or, when nothing sent after it is acknowledged, by the link's reinjection
+/// timer (SRTT + 4 RTTVAR).
+pub(crate) fn found_lost_by(srtt: Duration, rttvar: Duration) -> Duration {
+    (loss_delay(srtt) + rttvar * 2).max(srtt + rttvar * 4)
+}
+
 /// A loss rate that no acknowledgement or loss has updated for this long has fallen to
 /// 1/e of its value: a link that lost so much that it was no longer used is tried again
 /// and measured anew rather than judged forever by its last packets.

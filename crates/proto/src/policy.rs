@@ -644,9 +644,9 @@ impl Aggregate {
             let rate_l = rate_of(l);
             ahead += (lag - err).max(0.0) * rate_l;
             held_head += lag * rate_l;
-            // Found lost by the time threshold or the link's timer, whichever is later
-            // (the receiver's wait for a resend, 4.4), and sent again over the link.
-            let found = (crate::link::loss_delay(l.srtt) + l.rttvar * 2).max(l.srtt + l.rttvar * 4);
+            // Found lost as the receiver's wait for a resend counts it (4.4), and sent
+            // again over the link.
+            let found = crate::link::found_lost_by(l.srtt, l.rttvar);
             let repair = (found + l.srtt / 2 + l.rttvar * 2).as_secs_f64();
             let losses = l.loss_rate * rate_l / packet.len as f64;
             held_behind += losses * rate * repair * repair / 2.0;
