@@ -398,6 +398,9 @@ impl Endpoint {
             t_report: config.loss_report_interval,
             ..config.overflow
         });
+        let aggregate = Aggregate {
+            arrival_order: config.aggregate_arrival_order,
+        };
         let mut reorder = Reorder::new(config.reorder_limit_packets, config.hash_seed);
         reorder.max_extra = config.reorder_hold_max;
         reorder.align = config.redundant_align;
@@ -445,7 +448,7 @@ impl Endpoint {
                 at: now,
             },
             copies: VecDeque::new(),
-            aggregate: Aggregate,
+            aggregate,
             overflow,
             horizon: Duration::ZERO,
         })
@@ -1898,7 +1901,6 @@ impl Endpoint {
         let (policy, aggregate, overflow) =
             (&mut self.policy, &mut self.aggregate, &mut self.overflow);
         let spreads = self.queues.spreads();
-        let arrival_order = self.config.aggregate_arrival_order;
         let smallest = crate::policy::smallest_datagram(&views);
         let mut fit_views = std::mem::take(&mut self.fit_views);
         let mut small_views = std::mem::take(&mut self.small_views);
@@ -1946,9 +1948,9 @@ impl Endpoint {
                 left_out = true;
             }
             // Only a packet taken in the round robin may come from behind its flow's head
-            // (a small flow has about one packet waiting), and only when asked.
+            // (a small flow has about one packet waiting).
             let binding = match binding {
-                Binding::Behind(id, _) if small || !arrival_order => Binding::Link(id),
+                Binding::Behind(id, _) if small => Binding::Link(id),
                 b => b,
             };
             match binding {

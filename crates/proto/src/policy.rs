@@ -486,8 +486,15 @@ impl BindPolicy for MinRtt {
 /// while a flow without one stays on the fastest link; packets sent on a slower link are
 /// the ones the faster link could not have delivered sooner, so they arrive roughly in
 /// order (the receiver's reorder buffer absorbs the rest).
+///
+/// With `arrival_order`, a slower link may be sent, instead of the head, the packet of the
+/// backlog that arrives in order there ([`Binding::Behind`], `Self::behind`).
 #[derive(Clone, Debug, Default)]
-pub struct Aggregate;
+pub struct Aggregate {
+    /// Send a slower link the packet that arrives in order there where that holds less at
+    /// the receiver than the head (`Config::aggregate_arrival_order`).
+    pub arrival_order: bool,
+}
 
 impl Aggregate {
     /// A link's drain rate, bytes per second: the slower of the interface's measured
@@ -585,9 +592,10 @@ impl BindPolicy for Aggregate {
         // When the backlog would have finished arriving through the best link.
         let completion = best_arrival as f64 + packet.backlog as f64 * 1e9 / rate;
         match best_with_room {
-            Some((arrival, id)) if (arrival as f64) < completion => {
+            Some((arrival, id)) if (arrival as f64) < completion && self.arrival_order => {
                 Self::behind(now, packet, links, id)
             }
+            Some((arrival, id)) if (arrival as f64) < completion => Binding::Link(id),
             _ => Binding::Wait,
         }
     }
@@ -1215,7 +1223,7 @@ mod tests {
         // 10 ms against 30 ms one way, both idle.
         let links = [view(0, 20, 0), view(1, 60, 0)];
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(1_000_000), &links),
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(1_000_000), &links),
             Binding::Link(LinkId(0))
         );
     }
@@ -1227,15 +1235,13 @@ mod tests {
         // the best link; a larger one also goes on the slower link.
         let links = [view(0, 20, 2), view(1, 60, 0)];
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(5 * 1400), &links),
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(5 * 1400), &links),
             Binding::Wait,
             "7 ms of backlog: the best link delivers it before the slow one would"
         );
         assert_eq!(
-            Aggregate
-                .bind(Instant::ZERO, &meta_backlog(40 * 1400), &links)
-                .link(),
-            Some(LinkId(1)),
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            Binding::Link(LinkId(1)),
             "90 ms of backlog: the slow link delivers a packet sooner"
         );
     }
@@ -1249,9 +1255,17 @@ mod tests {
         // the backlog ahead of it. The receiver holds 1400 bytes for 2.24 ms per packet
         // of the slower link, instead of 13.28 ms of the best link's packets.
         let links = [view(0, 20, 2), view(1, 60, 0)];
+        let mut in_order = Aggregate {
+            arrival_order: true,
+        };
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
             Binding::Behind(LinkId(1), 6900)
+        );
+        // Without `arrival_order`, the head.
+        assert_eq!(
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            Binding::Link(LinkId(1))
         );
         // RTT variation moves the aim earlier still: 1 ms on each link, 4.24 ms in all:
         // 9.04 ms at 5 Mbit/s, 5650 bytes.
@@ -1259,7 +1273,7 @@ mod tests {
         varied[0].rttvar = Duration::from_millis(1);
         varied[1].rttvar = Duration::from_millis(1);
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &varied),
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &varied),
             Binding::Behind(LinkId(1), 5650)
         );
     }
@@ -1267,12 +1281,15 @@ mod tests {
     #[test]
     fn aggregate_sends_a_slower_link_the_head_where_the_links_ahead_would_hold_it_longer() {
         let links = [view(0, 20, 2), view(1, 60, 0)];
+        let mut in_order = Aggregate {
+            arrival_order: true,
+        };
         // The slower link carries 100 times the best one's rate: its every packet would
         // wait for the best link's, 140 KB for 2.24 ms against 8.3 KB for 13.28 ms.
         let mut fast = links;
         fast[1].tx_rate = 62_500_000.0;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &fast),
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &fast),
             Binding::Link(LinkId(1))
         );
         // The best link loses a tenth of its packets: 45 losses a second, each holding
@@ -1280,13 +1297,13 @@ mod tests {
         let mut lossy = links;
         lossy[0].loss_rate = 0.1;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
             Binding::Link(LinkId(1))
         );
         // A hundredth: from behind still.
         lossy[0].loss_rate = 0.01;
         assert!(matches!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
             Binding::Behind(LinkId(1), _)
         ));
     }
@@ -1304,23 +1321,23 @@ mod tests {
         lossy[1].loss_rate = 0.2;
         let backlog = |n: usize| meta_backlog(n * 1400);
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog(10), &clean).link(),
-            Some(LinkId(1))
+            Aggregate::default().bind(Instant::ZERO, &backlog(10), &clean),
+            Binding::Link(LinkId(1))
         );
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog(10), &lossy),
+            Aggregate::default().bind(Instant::ZERO, &backlog(10), &lossy),
             Binding::Wait
         );
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog(20), &lossy).link(),
-            Some(LinkId(1))
+            Aggregate::default().bind(Instant::ZERO, &backlog(20), &lossy),
+            Binding::Link(LinkId(1))
         );
         // Losing on the best link moves nothing while it is the only one with room.
         let mut best_lossy = clean;
         best_lossy[0].loss_rate = 0.2;
         best_lossy[0].below_binding = 0;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog(10), &best_lossy),
+            Aggregate::default().bind(Instant::ZERO, &backlog(10), &best_lossy),
             Binding::Link(LinkId(0)),
             "10 + a fifth of (22.5 + 30 - 10) ms is still sooner than 30"
         );
@@ -1336,16 +1353,14 @@ mod tests {
         best.cc_rate = 625_000.0;
         let links = [best, view(1, 60, 0)];
         assert_eq!(
-            Aggregate
-                .bind(Instant::ZERO, &meta_backlog(40 * 1400), &links)
-                .link(),
-            Some(LinkId(1))
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
+            Binding::Link(LinkId(1))
         );
         // Without the bottleneck's rate, the interface's says the backlog drains at once.
         let mut fast = links[0];
         fast.cc_rate = 0.0;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[fast, links[1]]),
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &[fast, links[1]]),
             Binding::Wait
         );
     }
@@ -1362,16 +1377,14 @@ mod tests {
         let mut lte = view(1, 60, 0);
         lte.tx_rate = 7_500.0; // 0.06 Mbit/s
         assert_eq!(
-            Aggregate
-                .bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte])
-                .link(),
-            Some(LinkId(1))
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
+            Binding::Link(LinkId(1))
         );
         // Once it has packets below the binding point, its interface rate counts: at
         // that rate the next one would wait behind them.
         lte.below_binding = 1;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &[best, lte]),
             Binding::Wait
         );
     }
@@ -1391,25 +1404,25 @@ mod tests {
         lte.capacity = 900_000.0; // 7.2 Mbit/s
         let backlog = meta_backlog(40_000);
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog, &[best, lte]).link(),
-            Some(LinkId(1))
+            Aggregate::default().bind(Instant::ZERO, &backlog, &[best, lte]),
+            Binding::Link(LinkId(1))
         );
         let mut unknown = lte;
         unknown.capacity = 0.0;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog, &[best, unknown]),
+            Aggregate::default().bind(Instant::ZERO, &backlog, &[best, unknown]),
             Binding::Wait
         );
         let mut in_flight = lte;
         in_flight.in_flight = 1;
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog, &[best, in_flight]),
+            Aggregate::default().bind(Instant::ZERO, &backlog, &[best, in_flight]),
             Binding::Wait
         );
         let mut paused = lte;
         paused.recent_max_rtt = Duration::from_millis(400);
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &backlog, &[best, paused]),
+            Aggregate::default().bind(Instant::ZERO, &backlog, &[best, paused]),
             Binding::Wait
         );
     }
@@ -1420,7 +1433,7 @@ mod tests {
         best.tx_rate = 0.0;
         let links = [best, view(1, 60, 0)];
         assert_eq!(
-            Aggregate.bind(Instant::ZERO, &meta_backlog(1_000_000), &links),
+            Aggregate::default().bind(Instant::ZERO, &meta_backlog(1_000_000), &links),
             Binding::Wait
         );
     }
