@@ -1242,7 +1242,7 @@ mod tests {
         assert_eq!(
             Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
             Binding::Link(LinkId(1)),
-            "90 ms of backlog: the slow link delivers a packet sooner"
+            "90 ms of backlog: the slow link delivers this packet sooner"
         );
     }
 
