@@ -861,8 +861,7 @@ impl FlowQueues {
                     Some((q, id, seq, t))
                 }
                 Decision::TakeBehind(t, bytes) => {
-                    flow_mut(&mut self.flows, slot).taken_behind_at = Some(now);
-                    let (q, id, seq) = self.take_behind(slot, bytes);
+                    let (q, id, seq) = self.take_behind(now, slot, bytes);
                     Some((q, id, seq, t))
                 }
             };
@@ -926,11 +925,16 @@ impl FlowQueues {
     /// packet ahead of it that CoDel drops instead leaves its number to the next one
     /// taken, which may then be a packet behind it: the flow never has a hole in its
     /// numbers, at worst two packets swapped.
-    fn take_behind(&mut self, slot: usize, bytes: usize) -> (Queued, FlowId, u64) {
+    fn take_behind(&mut self, now: Instant, slot: usize, bytes: usize) -> (Queued, FlowId, u64) {
         let flow = flow_mut(&mut self.flows, slot);
         let (q, ahead) =
             self.store
                 .remove_behind(&mut flow.queue, bytes, crate::wire::DATA_OVERHEAD);
+        if ahead == 0 {
+            // The head after all (its flow had no more waiting).
+            return self.took_head_number(slot, q);
+        }
+        flow.taken_behind_at = Some(now);
         // The `ahead`-th number from `next_seq` on that no packet carries yet.
         let mut seq = flow.next_seq + ahead as u64;
         let mut at = 0;
@@ -939,9 +943,6 @@ impl FlowQueues {
         {
             seq += 1;
             at += 1;
-        }
-        if seq == flow.next_seq {
-            return self.took_head_number(slot, q);
         }
         flow.taken_ahead.insert(at, seq);
         self.took(slot, q, seq)

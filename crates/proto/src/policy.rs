@@ -592,10 +592,13 @@ impl BindPolicy for Aggregate {
         // When the backlog would have finished arriving through the best link.
         let completion = best_arrival as f64 + packet.backlog as f64 * 1e9 / rate;
         match best_with_room {
-            Some((arrival, id)) if (arrival as f64) < completion && self.arrival_order => {
-                Self::behind(now, packet, links, id)
+            Some((arrival, id)) if (arrival as f64) < completion => {
+                if self.arrival_order {
+                    Self::behind(now, packet, links, id)
+                } else {
+                    Binding::Link(id)
+                }
             }
-            Some((arrival, id)) if (arrival as f64) < completion => Binding::Link(id),
             _ => Binding::Wait,
         }
     }
