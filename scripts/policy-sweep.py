@@ -3,8 +3,9 @@
 scenario files were not written for, in the simulator, with one build or two side by
 side (docs/RESULTS.md 8.4).
 
-  scripts/policy-sweep.py grid   [--policy P] BIN [BIN_B]
-  scripts/policy-sweep.py random [--policy P] [--seed S] [--runs N] BIN [BIN_B]
+  scripts/policy-sweep.py grid   [--policy P] [--b-set K=V] BIN [BIN_B]
+  scripts/policy-sweep.py random [--policy P] [--seed S] [--runs N] [--b-set K=V] BIN [BIN_B]
+  scripts/policy-sweep.py seeds  [--policy P] [--seed S] --mixes I,J,.. [--runs N] [--b-set K=V] BIN [BIN_B]
 
 grid: two links, a slow one near (1, 2 or 5 Mbit/s at 2 or 10 ms one way) and a fast
 one farther (10 or 50 Mbit/s at 20 or 40 ms), the flow up and down, 15 s, 1000-packet
@@ -18,7 +19,13 @@ jitter 0 or 1 ms, the flow up or down, and beside it a probe (100-byte packets e
 means of B over A for the bulk goodput and the probe's p50 and p99, and the counts of
 mixes where either moved by more than 10 % (bulk) or 5 ms (probe p50).
 
+seeds: the mixes numbered I, J, .. of the draw with seed S, each run with scenario seeds
+1..N (default 12): per mix and build the mean bulk goodput and its range; last, the
+geometric mean of B over A of the per-mix means.
+
 BIN is a `latebind` binary (e.g. target/release/latebind, or a copy of an earlier build).
+`--b-set K=V` (repeatable) adds `--set K=V` to every run of the second build (of the only
+one if there is one): BIN and BIN_B may be the same binary, to compare a setting.
 """
 import argparse
 import itertools
@@ -48,12 +55,13 @@ def scenario(links, direction, policy, probe, duration=15.0, seed=1):
     return s
 
 
-def run(binary, text):
+def run(binary, text, sets=()):
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(text)
         path = f.name
     try:
-        out = subprocess.run([binary, "sim", path, "--mode", "late", "--json"],
+        extra = [a for kv in sets for a in ("--set", kv)]
+        out = subprocess.run([binary, "sim", path, "--mode", "late", "--json", *extra],
                              capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"policy-sweep: {binary} sim failed: {out.stderr.strip()}")
@@ -62,45 +70,55 @@ def run(binary, text):
         os.unlink(path)
 
 
-def grid(bins, policy):
-    shares = {b: [] for b in bins}
+def grid(builds, policy):
+    shares = [[] for _ in builds]
     for d, (r1, d1), (r2, d2) in itertools.product(
             ["up", "down"], itertools.product([1, 2, 5], [2, 10]),
             itertools.product([10, 50], [20, 40])):
         text = scenario([(r1, d1, 0, 0), (r2, d2, 0, 0)], d, policy, probe=False)
         line = f"{d:4} {r1}M/{d1}ms + {r2}M/{d2}ms |"
-        for b in bins:
-            f = run(b, text)["bulk"]
+        for k, (b, sets) in enumerate(builds):
+            f = run(b, text, sets)["bulk"]
             g = f["goodput_mbps"]
-            shares[b].append(g / r2)
+            shares[k].append(g / r2)
             line += f" {g:6.2f} Mb/s ({g / r2:.2f}) p50 {f['latency_ms']['p50']:.0f} ms |"
         print(line, flush=True)
-    for b in bins:
-        v = shares[b]
+    for (b, _), v in zip(builds, shares):
         print(f"{b}: mean share of the fast link {sum(v) / len(v):.2f}, "
               f"under half in {sum(1 for x in v if x < 0.5)} of {len(v)}")
 
 
-def rand(bins, policy, seed, runs):
+def draws(seed, runs):
+    """The random draw with `seed`: `runs` mixes, each (links, direction)."""
     rng = random.Random(seed)
-    rows = []
-    for n in range(runs):
+    out = []
+    for _ in range(runs):
         links = [(round(rng.choice([1, 2, 5, 10, 20, 50]) * rng.uniform(0.7, 1.3), 2),
                   round(rng.choice([2, 5, 10, 20, 40, 80]) * rng.uniform(0.8, 1.2), 1),
                   rng.choice([0, 0, 0, 0.001, 0.01]), rng.choice([0, 0, 1]))
                  for _ in range(rng.choice([2, 2, 3]))]
-        d = rng.choice(["up", "down"])
+        out.append((links, rng.choice(["up", "down"])))
+    return out
+
+
+def describe(links, d):
+    return f"{d:4} " + " ".join(f"{r}M/{dl}ms/{p}/{j}" for r, dl, p, j in links)
+
+
+def rand(builds, policy, seed, runs):
+    rows = []
+    for n, (links, d) in enumerate(draws(seed, runs)):
         text = scenario(links, d, policy, probe=True)
-        line = f"{n:2} {d:4} " + " ".join(f"{r}M/{dl}ms/{p}/{j}" for r, dl, p, j in links) + " |"
+        line = f"{n:2} {describe(links, d)} |"
         row = []
-        for b in bins:
-            f = run(b, text)
+        for b, sets in builds:
+            f = run(b, text, sets)
             g, lat = f["bulk"]["goodput_mbps"], f["probe"]["latency_ms"]
             row.append((g, lat["p50"], lat["p99"]))
             line += f" bulk {g:.2f} probe {lat['p50']:.1f}/{lat['p99']:.1f} |"
         rows.append(row)
         print(line, flush=True)
-    if len(bins) == 2:
+    if len(builds) == 2:
         def gm(i):
             return math.exp(sum(math.log(max(r[1][i], 1e-3) / max(r[0][i], 1e-3))
                                 for r in rows) / len(rows))
@@ -114,23 +132,60 @@ def rand(bins, policy, seed, runs):
               f"5 ms higher: {later}, lower: {sooner} (of {len(rows)})")
 
 
+def seeds(builds, policy, seed, mixes, n_seeds):
+    all_draws = draws(seed, max(mixes) + 1)
+    means = []
+    for n in mixes:
+        links, d = all_draws[n]
+        line = f"{n:2} {describe(links, d)} |"
+        row = []
+        for b, sets in builds:
+            g = [run(b, scenario(links, d, policy, probe=True, seed=s), sets)["bulk"]
+                 ["goodput_mbps"] for s in range(1, n_seeds + 1)]
+            row.append(sum(g) / len(g))
+            line += f" bulk {row[-1]:.2f} [{min(g):.1f}-{max(g):.1f}] |"
+        means.append(row)
+        print(line, flush=True)
+    if len(builds) == 2:
+        gm = math.exp(sum(math.log(b / a) for a, b in means) / len(means))
+        print(f"B over A, geometric mean of the per-mix means: bulk {gm:.3f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=["grid", "random"])
+    p.add_argument("what", choices=["grid", "random", "seeds"])
     p.add_argument("bins", nargs="+", metavar="BIN")
     p.add_argument("--policy", default="min-rtt")
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--runs", type=int, default=40)
+    p.add_argument("--mixes", default="", metavar="I,J,..")
+    p.add_argument("--seeds", type=int, default=12, metavar="N")
+    p.add_argument("--b-set", action="append", default=[], metavar="K=V")
     a = p.parse_args()
     if len(a.bins) > 2:
         p.error("at most two builds")
     for b in a.bins:
         if not os.access(b, os.X_OK):
             p.error(f"BIN {b!r}: not an executable file")
+    for kv in a.b_set:
+        if "=" not in kv:
+            p.error(f"--b-set {kv!r}: expected KEY=VALUE")
+    builds = [(b, []) for b in a.bins]
+    builds[-1] = (builds[-1][0], a.b_set)
     if a.what == "grid":
-        grid(a.bins, a.policy)
+        grid(builds, a.policy)
+    elif a.what == "random":
+        rand(builds, a.policy, a.seed, a.runs)
     else:
-        rand(a.bins, a.policy, a.seed, a.runs)
+        try:
+            mixes = [int(x) for x in a.mixes.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--mixes {a.mixes!r}: expected mix numbers, e.g. 0,9,15")
+        if not mixes or min(mixes) < 0:
+            p.error(f"--mixes {a.mixes!r}: expected mix numbers, e.g. 0,9,15")
+        if a.seeds < 1:
+            p.error(f"--seeds {a.seeds}: expected at least 1")
+        seeds(builds, a.policy, a.seed, mixes, a.seeds)
 
 
 if __name__ == "__main__":
