@@ -1115,6 +1115,12 @@ impl Endpoint {
             .enumerate()
             .filter(|(i, l)| *i < 64 && l.state != LinkState::Down)
             .fold(0, |m, (i, _)| m | 1u64 << i);
+        self.reorder.not_up = self
+            .links
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| *i < 64 && l.state != LinkState::Up)
+            .fold(0, |m, (i, _)| m | 1u64 << i);
         self.reorder
             .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf, data.recovered);
     }

@@ -112,6 +112,40 @@ fn behind(links: &[(u64, Instant)], flow_links: u64, gseq: u64, now: Instant) ->
     })
 }
 
+/// Whether a link the flow's packets came over lately that this endpoint does not have up
+/// (`links_not_up`: suspect or down here) delivered data within the last [`LINK_MEMORY`]
+/// and nothing since `since`, the arrival of the first packet held behind a gap. Such a
+/// link is in an outage, maybe with packets on it, which its sender moves to the other
+/// links once it finds the link down too. [`behind`] does not see that where the flow's
+/// packets were not bound in its order: a packet taken from behind the head for a slower
+/// link (4.2 of `docs/protocol.md`) is bound before the packets ahead of it, so a faster
+/// link may have delivered past its global sequence while the packets ahead of it were
+/// still planned for that link, lost in its outage or not yet sent. A link that is quiet
+/// but up (the flow slowed down, its sender's policy left the link) is no sign that
+/// anything is on its way.
+fn quiet(links: &[(u64, Instant)], links_not_up: u64, since: Instant, now: Instant) -> bool {
+    links.iter().enumerate().any(|(i, &(_, at))| {
+        links_not_up & 1u64.checked_shl(i as u32).unwrap_or(0) != 0
+            && at > Instant::ZERO
+            && at < since
+            && now - at < LINK_MEMORY
+    })
+}
+
+/// Whether the first packet held behind a flow's gap (global sequence `gseq`, arrived at
+/// `arrived`) is worth waiting for past its hold time: a link is [`behind`] it, or one
+/// that is not up here has been [`quiet`] since it came (`not_up`: the links not up).
+fn may_still_come(
+    links: &[(u64, Instant)],
+    flow_links: u64,
+    not_up: u64,
+    gseq: u64,
+    arrived: Instant,
+    now: Instant,
+) -> bool {
+    behind(links, flow_links, gseq, now) || quiet(links, flow_links & not_up, arrived, now)
+}
+
 /// Counters of the receive path.
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq)]
 pub struct ReorderStats {
@@ -458,6 +492,9 @@ pub(crate) struct Reorder {
     /// endpoint: one of them that delivered nothing lately may bring a flow's first
     /// packet over it ([`Self::skip_lost`]).
     pub(crate) live: u64,
+    /// The links (a bit per link index) this endpoint does not have up (suspect or down),
+    /// set by the endpoint ([`quiet`]).
+    pub(crate) not_up: u64,
     /// Whether gaps no link can fill are given up at once ([`Self::skip_lost`]); not
     /// with a configured hold time.
     pub(crate) release_lost: bool,
@@ -484,6 +521,7 @@ impl Reorder {
             rx_links: Vec::new(),
             waiting: Vec::new(),
             live: u64::MAX,
+            not_up: 0,
             release_lost: true,
             align: false,
             max_align: Duration::MAX,
@@ -513,8 +551,8 @@ impl Reorder {
         let l = &mut self.rx_links[link];
         l.0 = l.0.max(gseq);
         l.1 = now;
-        // A flow waiting for a link that is behind its gap: once no link is, its hold
-        // time is in force again.
+        // A flow waiting for a link that is behind its gap or quiet: once no link is, its
+        // hold time is in force again.
         let mut i = 0;
         while i < self.waiting.len() {
             let id = self.waiting[i];
@@ -522,8 +560,12 @@ impl Reorder {
                 self.waiting.swap_remove(i);
                 continue;
             };
-            let first = f.held.values().next().and_then(|h| h.gseq);
-            if first.is_some_and(|g| behind(&self.rx_links, f.links(), g, now)) {
+            let first = f.held.values().next();
+            if first.is_some_and(|h| {
+                h.gseq.is_some_and(|g| {
+                    may_still_come(&self.rx_links, f.links(), self.not_up, g, h.arrived, now)
+                })
+            }) {
                 i += 1;
                 continue;
             }
@@ -938,15 +980,17 @@ impl Reorder {
                 continue;
             };
             f.due = None;
-            // The first gap's packet may still be on a link that is behind it: its hold
-            // time waits until that link passes the gap (`note_rx`), at most the
-            // longest hold from the first packet held, in a flow for which waiting is
-            // worth it (`RxFlow::waits_for_links`).
+            // The first gap's packet may still be on a link that is behind it or quiet
+            // (`may_still_come`): its hold time waits until that link passes the gap or
+            // delivers again (`note_rx`), at most the longest hold from the first packet
+            // held, in a flow for which waiting is worth it (`RxFlow::waits_for_links`).
             let first = f.held.values().next().filter(|_| f.waits_for_links());
             let until = first.and_then(|h| {
                 let g = h.gseq?;
                 let until = h.arrived + self.max_extra;
-                (now < until && behind(&self.rx_links, f.links(), g, now)).then_some(until)
+                (now < until
+                    && may_still_come(&self.rx_links, f.links(), self.not_up, g, h.arrived, now))
+                .then_some(until)
             });
             if let Some(until) = until {
                 for h in f.held.values_mut().filter(|h| h.deadline <= now) {
@@ -1558,6 +1602,63 @@ mod tests {
         let out = at(&mut r, t(230));
         assert_eq!(out.first(), Some(&3), "given up 200 ms after 3 came");
         assert_eq!(r.stats.gaps_skipped, 1);
+    }
+
+    /// Flow 1 bound out of order over two links (a packet taken from behind the head for
+    /// the slower link 1): 0..=4 come over link 0 (global sequence 10 + s, at s ms);
+    /// 8, bound for link 1 before 2..=4 were for link 0 (global sequence 11), comes at
+    /// 20 ms. 5..=7 were planned for link 0, which delivers nothing after 4; they come
+    /// again over link 1 at 100 ms. `up`: whether link 0 is up here; `delivers`: whether
+    /// it goes on delivering another flow's packets meanwhile.
+    fn taken_from_behind_then_link_0_quiet(up: bool, delivers: bool) -> (Reorder, Vec<u8>) {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        for s in 0..5 {
+            r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
+        }
+        r.not_up = if up { 0 } else { 0b01 };
+        r.insert_copy(t(20), HOLD, FlowId(1), 1, 11, 8, vec![8], true);
+        let mut out = drain(&mut r);
+        for (i, now) in [30, 60, 90].into_iter().enumerate() {
+            if delivers {
+                let g = 30 + i as u64;
+                r.insert_copy(t(now), HOLD, FlowId(2), 0, g, i as u64, vec![9], true);
+            }
+            out.extend(at(&mut r, t(now)));
+        }
+        out.extend(at(&mut r, t(99)));
+        for s in 5..8 {
+            r.insert_copy(t(100), HOLD, FlowId(1), 1, 200 + s, s, vec![s as u8], true);
+        }
+        out.extend(drain(&mut r));
+        out.retain(|&b| b != 9);
+        (r, out)
+    }
+
+    #[test]
+    fn a_gap_waits_while_a_link_not_up_is_quiet_though_it_passed_the_gap() {
+        // Link 0 has delivered past 8's global sequence, so it is not behind the gap;
+        // but it is down here and has delivered nothing since 8 came, and the sender
+        // moves what it planned for it (5..=7) to link 1 once it finds it down: the gap
+        // waits.
+        let (r, out) = taken_from_behind_then_link_0_quiet(false, false);
+        assert_eq!(out, vec![0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(r.stats.gaps_skipped, 0);
+        assert_eq!(r.stats.waited_for_links, 1);
+        // A link that goes on delivering is not quiet, and a quiet one that is up here
+        // (its sender sent it nothing more) is no sign of packets on the way: the gap
+        // is given up at 8's hold time (70 ms), and 5..=7 come late.
+        for (up, delivers) in [(false, true), (true, false)] {
+            let (r, out) = taken_from_behind_then_link_0_quiet(up, delivers);
+            assert_eq!(
+                out,
+                vec![0, 1, 2, 3, 4, 8, 5, 6, 7],
+                "up {up}, delivers {delivers}"
+            );
+            assert_eq!(r.stats.gaps_skipped, 3);
+            assert_eq!(r.stats.late_delivered, 3);
+            assert_eq!(r.stats.waited_for_links, 0);
+        }
     }
 
     #[test]
