@@ -1823,6 +1823,17 @@ impl Endpoint {
             if let Some(t) = self.poll_queues(now, buf, true) {
                 return Some(t);
             }
+            // A packet that was taken from behind its flow's head, sent again, waits for
+            // the packets that were ahead of it and are still queued: sent first, it
+            // would hold them up, and the receiver everything behind them.
+            if self
+                .reinject
+                .front()
+                .is_some_and(|p| self.queues.numbered_ahead_of(p.data.flow, p.data.flow_seq))
+                && let Some(t) = self.poll_queues(now, buf, false)
+            {
+                return Some(t);
+            }
             if let Some(t) = self.poll_again(now, buf, Again::Reinject, u64::MAX) {
                 return Some(t);
             }
@@ -1971,7 +1982,7 @@ impl Endpoint {
                 },
                 Binding::Behind(id, bytes) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => {
-                        Decision::TakeBehind((i, kind, false), bytes)
+                        Decision::TakeBehind((i, kind, false), bytes, usize::from(id.0))
                     }
                     _ => Decision::Wait,
                 },
@@ -2019,6 +2030,15 @@ impl Endpoint {
         } else {
             TxForm::Full
         };
+        if let Ok(r) = std::env::var("LB_DBG2") {
+            let (a, b) = r.split_once('-').unwrap();
+            if (a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap()).contains(&flow_seq) {
+                eprintln!(
+                    "bind now={:?} link={} fseq={} gseq={}",
+                    now, li, flow_seq, gseq
+                );
+            }
+        }
         let data = SentData {
             payload: queued.data,
             global_seq: gseq,

@@ -170,6 +170,57 @@ impl Packets {
         (packet, n)
     }
 
+    /// How many packets of `fifo` from its head on fit within `bytes`, each counted with
+    /// `per_packet` more (what [`Self::remove_behind`] would find ahead of its packet, the
+    /// last one's place at most).
+    fn count_within(&self, fifo: Fifo, bytes: usize, per_packet: usize) -> usize {
+        let (mut i, mut ahead, mut n) = (fifo.head, 0usize, 0usize);
+        while i != NIL {
+            let node = &self.nodes[i as usize];
+            let behind = ahead + per_packet + node.packet.data.len();
+            if node.next == NIL || behind > bytes {
+                break;
+            }
+            (i, ahead, n) = (node.next, behind, n + 1);
+        }
+        n
+    }
+
+    /// Unlinks the packet with `n` packets ahead of it in `fifo`, if there is one: the
+    /// packet and `n`.
+    fn remove_nth(&mut self, fifo: &mut Fifo, n: usize) -> Option<(Queued, usize)> {
+        if n == 0 {
+            return self.pop_front(fifo).map(|q| (q, 0));
+        }
+        let mut prev = fifo.head;
+        for _ in 1..n {
+            if prev == NIL {
+                return None;
+            }
+            prev = self.nodes[prev as usize].next;
+        }
+        if prev == NIL {
+            return None;
+        }
+        let i = self.nodes[prev as usize].next;
+        if i == NIL {
+            return None;
+        }
+        let next = self.nodes[i as usize].next;
+        self.nodes[prev as usize].next = next;
+        if next == NIL {
+            fifo.tail = prev;
+        }
+        let node = &mut self.nodes[i as usize];
+        let packet = Queued {
+            data: std::mem::take(&mut node.packet.data),
+            enqueued: node.packet.enqueued,
+        };
+        node.next = self.free;
+        self.free = i;
+        Some((packet, n))
+    }
+
     fn back_mut(&mut self, fifo: Fifo) -> Option<&mut Queued> {
         (fifo.tail != NIL).then(|| &mut self.nodes[fifo.tail as usize].packet)
     }
@@ -340,6 +391,10 @@ pub(crate) struct Flow {
     /// When a packet was last taken from behind its head: its head then waits, by
     /// design, for the links that deliver sooner (CoDel's target, [`FlowQueues::target_of`]).
     taken_behind_at: Option<Instant>,
+    /// Per link that took packets from behind the head (the key of
+    /// [`Decision::TakeBehind`]), the highest number it took, while still above
+    /// `next_seq`.
+    behind_max: Vec<(usize, u64)>,
     last_active: Instant,
     /// The backlog its sender is held to by the receive-window clamp (4.1), 0 if none:
     /// CoDel leaves a queue within it alone.
@@ -378,8 +433,11 @@ pub(crate) enum Decision<T> {
     /// of, each packet counted as its datagram (`wire::DATA_OVERHEAD` more than its
     /// payload): the last one whose bytes ahead do not exceed it, or the last packet
     /// ([`crate::policy::Binding::Behind`]). It gets the flow sequence number of its
-    /// place in the flow, so the receiver releases it in the flow's order.
-    TakeBehind(T, usize),
+    /// place in the flow, so the receiver releases it in the flow's order. The last field
+    /// names the link (any key the caller keeps for it): a link is never given a packet
+    /// of the flow ahead of one it took from behind that is still numbered ahead of the
+    /// head ([`FlowQueues::take_behind`]).
+    TakeBehind(T, usize, usize),
     /// Leave it at the head; nothing can take it now.
     Wait,
 }
@@ -433,12 +491,16 @@ pub(crate) struct FlowQueues {
     /// its slot to another), and which slots are in it.
     small: VecDeque<usize>,
     small_listed: Vec<bool>,
+    /// The flows (id, slot) that have numbers given to packets taken from behind their
+    /// head still ahead of `next_seq` ([`Self::numbered_ahead_of`]): a few at most.
+    numbered_behind: Vec<(FlowId, usize)>,
     pub(crate) stats: QueueStats,
 }
 
 impl FlowQueues {
     pub(crate) fn new(config: &Config) -> Self {
         Self {
+            numbered_behind: Vec::new(),
             flows: Vec::new(),
             free: Vec::new(),
             index: FlowIndex::new(config.hash_seed),
@@ -698,6 +760,7 @@ impl FlowQueues {
             next_seq: 0,
             taken_ahead: Vec::new(),
             taken_behind_at: None,
+            behind_max: Vec::new(),
             last_active: now,
             allowance: 0,
             link: None,
@@ -860,8 +923,8 @@ impl FlowQueues {
                     let (q, id, seq) = self.take_head(slot);
                     Some((q, id, seq, t))
                 }
-                Decision::TakeBehind(t, bytes) => {
-                    let (q, id, seq) = self.take_behind(now, slot, bytes);
+                Decision::TakeBehind(t, bytes, link) => {
+                    let (q, id, seq) = self.take_behind(now, slot, bytes, link)?;
                     Some((q, id, seq, t))
                 }
             };
@@ -892,7 +955,7 @@ impl FlowQueues {
             return match decide(flow, head) {
                 Decision::Wait => None,
                 // A small flow has about one packet waiting: its head.
-                Decision::Take(t) | Decision::TakeBehind(t, _) => {
+                Decision::Take(t) | Decision::TakeBehind(t, ..) => {
                     self.small.pop_front();
                     self.small_listed[slot] = false;
                     let (q, id, seq) = self.take_head(slot);
@@ -925,14 +988,46 @@ impl FlowQueues {
     /// packet ahead of it that CoDel drops instead leaves its number to the next one
     /// taken, which may then be a packet behind it: the flow never has a hole in its
     /// numbers, at worst two packets swapped.
-    fn take_behind(&mut self, now: Instant, slot: usize, bytes: usize) -> (Queued, FlowId, u64) {
+    ///
+    /// `link` is never given a packet ahead of one it took from behind before that is
+    /// still numbered ahead of the head: sent after it on the same link, that packet
+    /// would arrive after it, and the receiver would hold it and all behind it for the
+    /// link's queue; and it would be bound after a packet that it comes before in the
+    /// flow, on the link that delivered that one, which the receiver takes for a sign
+    /// that a missing packet is lost (`reorder.rs` `behind`). It takes the first packet
+    /// past that one instead, or, if none waits yet, nothing (`None`).
+    fn take_behind(
+        &mut self,
+        now: Instant,
+        slot: usize,
+        bytes: usize,
+        link: usize,
+    ) -> Option<(Queued, FlowId, u64)> {
         let flow = flow_mut(&mut self.flows, slot);
-        let (q, ahead) =
-            self.store
-                .remove_behind(&mut flow.queue, bytes, crate::wire::DATA_OVERHEAD);
+        let floor = flow
+            .behind_max
+            .iter()
+            .find(|&&(l, _)| l == link)
+            .map(|&(_, max)| max)
+            .filter(|&max| max >= flow.next_seq);
+        let (q, ahead) = match floor {
+            Some(max) => {
+                // The packets ahead of the first one numbered past `max`: the numbers
+                // from `next_seq` to `max` that no packet taken from behind carries.
+                let reserved = flow.taken_ahead.iter().filter(|&&t| t <= max).count();
+                let skip = (max + 1 - flow.next_seq) as usize - reserved;
+                let by_bytes =
+                    self.store
+                        .count_within(flow.queue, bytes, crate::wire::DATA_OVERHEAD);
+                self.store.remove_nth(&mut flow.queue, skip.max(by_bytes))?
+            }
+            None => self
+                .store
+                .remove_behind(&mut flow.queue, bytes, crate::wire::DATA_OVERHEAD),
+        };
         if ahead == 0 {
             // The head after all (its flow had no more waiting).
-            return self.took_head_number(slot, q);
+            return Some(self.took_head_number(slot, q));
         }
         flow.taken_behind_at = Some(now);
         // The `ahead`-th number from `next_seq` on that no packet carries yet.
@@ -945,7 +1040,15 @@ impl FlowQueues {
             at += 1;
         }
         flow.taken_ahead.insert(at, seq);
-        self.took(slot, q, seq)
+        match flow.behind_max.iter_mut().find(|(l, _)| *l == link) {
+            Some(entry) => entry.1 = entry.1.max(seq),
+            None => flow.behind_max.push((link, seq)),
+        }
+        if flow.taken_ahead.len() == 1 {
+            let id = flow.id;
+            self.numbered_behind.push((id, slot));
+        }
+        Some(self.took(slot, q, seq))
     }
 
     /// Numbers packet `q`, just taken from the flow in `slot`, with its next sequence
@@ -963,6 +1066,11 @@ impl FlowQueues {
             .count();
         flow.taken_ahead.drain(..passed);
         flow.next_seq += passed as u64;
+        let next = flow.next_seq;
+        flow.behind_max.retain(|&(_, max)| max >= next);
+        if passed > 0 && flow.taken_ahead.is_empty() {
+            self.numbered_behind.retain(|&(_, s)| s != slot);
+        }
         self.took(slot, q, seq)
     }
 
@@ -979,6 +1087,18 @@ impl FlowQueues {
         self.packets -= 1;
         self.bytes -= q.data.len();
         (q, id, seq)
+    }
+
+    /// Whether flow `flow` has packets still to take that get numbers below `seq`: packets
+    /// that were ahead of its packet `seq` when that was taken from behind the head
+    /// ([`Decision::TakeBehind`]). Sent again (its link failed), `seq` should not go
+    /// before them: the receiver holds it, and everything behind it, until they come.
+    pub(crate) fn numbered_ahead_of(&self, flow: FlowId, seq: u64) -> bool {
+        self.numbered_behind
+            .iter()
+            .find(|&&(id, _)| id == flow)
+            .and_then(|&(_, slot)| self.flows[slot].as_ref())
+            .is_some_and(|f| f.id == flow && f.next_seq < seq)
     }
 
     /// Whether a small flow may be waiting (see [`Self::dequeue_small_with`]).
@@ -1088,6 +1208,7 @@ impl FlowQueues {
             if expired {
                 let f = self.flows[slot].take().expect("checked live");
                 self.index.remove(self.index.tag(&f.key), slot);
+                self.numbered_behind.retain(|&(_, s)| s != slot);
                 self.free.push(slot);
                 if self.overflow_slot == Some(slot) {
                     self.overflow_slot = None;
@@ -1376,7 +1497,7 @@ mod tests {
         q.enqueue(t, &ka, PolicyKind::Aggregate, pkt(1, 0, 1400, 0));
         let taken = q.dequeue_with(t, |f, _| {
             if f.key == ka.key {
-                Decision::TakeBehind((), 2000)
+                Decision::TakeBehind((), 2000, 0)
             } else {
                 Decision::Take(())
             }
@@ -1555,8 +1676,10 @@ mod tests {
                 let behind = rng
                     .is_multiple_of(3)
                     .then(|| (rng >> 8) as usize % (12 * datagram));
+                // Each take from behind by a link of its own: the places alone.
+                let link = seen.len();
                 let Some((p, _, seq, ())) = q.dequeue_with(Instant::ZERO, |_, _| match behind {
-                    Some(bytes) => Decision::TakeBehind((), bytes),
+                    Some(bytes) => Decision::TakeBehind((), bytes, link),
                     None => Decision::Take(()),
                 }) else {
                     break;
@@ -1580,8 +1703,11 @@ mod tests {
         let datagram = crate::wire::DATA_OVERHEAD + 100;
         let mut q = FlowQueues::new(&Config::default());
         numbered_flow(&mut q, 6);
+        // Each by a link of its own (see the next test for one link's takes).
+        let mut link = 0;
         let mut take = |bytes| {
-            q.dequeue_with(Instant::ZERO, |_, _| Decision::TakeBehind((), bytes))
+            link += 1;
+            q.dequeue_with(Instant::ZERO, |_, _| Decision::TakeBehind((), bytes, link))
                 .map(|(p, _, seq, ())| (p.data[27], seq))
         };
         // Three packets ahead fit in 3.5 datagrams, four do not.
@@ -1597,6 +1723,75 @@ mod tests {
     }
 
     #[test]
+    fn a_link_is_not_given_a_packet_ahead_of_one_it_took_from_behind() {
+        let datagram = crate::wire::DATA_OVERHEAD + 100;
+        let mut q = FlowQueues::new(&Config::default());
+        numbered_flow(&mut q, 8);
+        let mut take = |d: Decision<()>| {
+            q.dequeue_with(Instant::ZERO, |_, _| match &d {
+                Decision::Take(()) => Decision::Take(()),
+                Decision::TakeBehind((), bytes, link) => Decision::TakeBehind((), *bytes, *link),
+                Decision::Wait => Decision::Wait,
+            })
+            .map(|(p, _, seq, ())| (p.data[27], seq))
+        };
+        // Link 1 takes 3 from behind; asked for the head (or for 1, ahead of 3), it gets
+        // the packet past 3. Link 2 and the head are not held to that.
+        assert_eq!(
+            take(Decision::TakeBehind((), 3 * datagram, 1)),
+            Some((3, 3))
+        );
+        assert_eq!(take(Decision::TakeBehind((), 0, 1)), Some((4, 4)));
+        assert_eq!(take(Decision::TakeBehind((), datagram, 1)), Some((5, 5)));
+        assert_eq!(take(Decision::TakeBehind((), 0, 2)), Some((0, 0)));
+        assert_eq!(take(Decision::Take(())), Some((1, 1)));
+        // Past what link 1 took, packets 6 and 7 wait; 2 is ahead of them.
+        assert_eq!(take(Decision::TakeBehind((), 0, 1)), Some((6, 6)));
+        assert_eq!(take(Decision::Take(())), Some((2, 2)));
+        // The head has passed all link 1 took: it may take the head again.
+        assert_eq!(take(Decision::TakeBehind((), 0, 1)), Some((7, 7)));
+        let mut q = FlowQueues::new(&Config::default());
+        numbered_flow(&mut q, 3);
+        let mut take = |bytes, link| {
+            q.dequeue_with(Instant::ZERO, |_, _| Decision::TakeBehind((), bytes, link))
+                .map(|(p, _, seq, ())| (p.data[27], seq))
+        };
+        // Nothing past what it took: link 1 takes nothing; the head passes; then it may.
+        assert_eq!(take(2 * datagram, 1), Some((2, 2)));
+        assert_eq!(take(0, 1), None);
+        assert_eq!(take(0, 2), Some((0, 0)));
+        assert_eq!(take(0, 1), None);
+        assert_eq!(take(0, 2), Some((1, 1)));
+        assert_eq!(take(0, 1), None, "the flow is empty");
+    }
+
+    #[test]
+    fn a_flow_with_packets_ahead_of_one_taken_from_behind_says_so_until_they_leave() {
+        // What the engine asks before sending such a packet again (its link failed):
+        // its flow's packets ahead of it go first.
+        let datagram = crate::wire::DATA_OVERHEAD + 100;
+        let mut q = FlowQueues::new(&Config::default());
+        numbered_flow(&mut q, 6);
+        let (_, id, seq, ()) = q
+            .dequeue_with(Instant::ZERO, |_, _| {
+                Decision::TakeBehind((), 2 * datagram, 1)
+            })
+            .unwrap();
+        assert_eq!(seq, 2);
+        assert!(q.numbered_ahead_of(id, 2));
+        assert!(!q.numbered_ahead_of(id, 0), "nothing is ahead of the head");
+        assert!(!q.numbered_ahead_of(FlowId(id.0 + 1), 2), "another flow");
+        let (_, _, seq, ()) = q
+            .dequeue_with(Instant::ZERO, |_, _| Decision::Take(()))
+            .unwrap();
+        assert_eq!(seq, 0);
+        assert!(q.numbered_ahead_of(id, 2), "1 is still ahead of 2");
+        q.dequeue_with(Instant::ZERO, |_, _| Decision::Take(()))
+            .unwrap();
+        assert!(!q.numbered_ahead_of(id, 2));
+    }
+
+    #[test]
     fn a_packet_dropped_ahead_of_one_taken_from_behind_leaves_no_hole_in_the_numbers() {
         // CoDel drops at the head: the packets left take the numbers in order, and the
         // receiver never waits for a number no packet carries.
@@ -1604,7 +1799,9 @@ mod tests {
         let mut q = FlowQueues::new(&Config::default());
         numbered_flow(&mut q, 8);
         let (_, _, seq, ()) = q
-            .dequeue_with(Instant::ZERO, |_, _| Decision::TakeBehind((), 4 * datagram))
+            .dequeue_with(Instant::ZERO, |_, _| {
+                Decision::TakeBehind((), 4 * datagram, 0)
+            })
             .unwrap();
         assert_eq!(seq, 4);
         // Two packets ahead of it are lost above the binding point.

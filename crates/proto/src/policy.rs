@@ -179,7 +179,9 @@ pub enum Binding {
     /// this many bytes of the flow's backlog (datagrams, as [`PacketMeta::len`] counts
     /// them) are ahead of: the packet the faster links would deliver about when one sent
     /// here arrives ([`Aggregate`]), so the flow arrives in order. The queues take the
-    /// last packet if the backlog is shorter.
+    /// last packet if the backlog is shorter, and never give the link a packet ahead of
+    /// one it took from behind that is still ahead of the flow's head: `Behind(id, 0)` is
+    /// the head, or the first packet past those.
     Behind(LinkId, usize),
     /// Keep the packet above the binding point for now.
     Wait,
@@ -663,7 +665,9 @@ impl Aggregate {
             held_behind += losses * rate * repair * repair / 2.0;
         }
         if ahead < packet.len as f64 || held_behind >= held_head {
-            return Binding::Link(id);
+            // The head, unless `id` already carries packets of the flow from behind it
+            // (the queues then give it the first packet past those).
+            return Binding::Behind(id, 0);
         }
         // Saturates for a huge product; the queues take the last packet then.
         Binding::Behind(id, ahead as usize)
@@ -1289,11 +1293,13 @@ mod tests {
         };
         // The slower link carries 100 times the best one's rate: its every packet would
         // wait for the best link's, 140 KB for 2.24 ms against 8.3 KB for 13.28 ms.
+        // (The head: `Behind(_, 0)`, for the queues to keep it past any packet the link
+        // took from behind before.)
         let mut fast = links;
         fast[1].tx_rate = 62_500_000.0;
         assert_eq!(
             in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &fast),
-            Binding::Link(LinkId(1))
+            Binding::Behind(LinkId(1), 0)
         );
         // The best link loses a tenth of its packets: 45 losses a second, each holding
         // the slower link's packets while it is found lost and sent again (32.5 ms).
@@ -1301,7 +1307,7 @@ mod tests {
         lossy[0].loss_rate = 0.1;
         assert_eq!(
             in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &lossy),
-            Binding::Link(LinkId(1))
+            Binding::Behind(LinkId(1), 0)
         );
         // A hundredth: from behind still.
         lossy[0].loss_rate = 0.01;
