@@ -182,6 +182,11 @@ struct Held {
     play_at: Instant,
     /// Its global sequence number, when known.
     gseq: Option<u64>,
+    /// The global sequence a link must have delivered past for a gap before it to be
+    /// taken for lost ([`behind`]): its own, or for a flow whose sender re-sends its
+    /// losses the newest of the flow's packets received when it came
+    /// ([`Reorder::insert_via`]).
+    bound_by: Option<u64>,
     /// The deadline its hold time gave, while `deadline` waits for a link that is
     /// behind (see [`Reorder::handle_timeout`]).
     held_until: Option<Instant>,
@@ -387,6 +392,8 @@ struct RxFlow {
     play: Option<Box<Playout>>,
     /// The flow's sender re-sends its losses (its latest packet came as DATA_RECOVERED).
     repaired: bool,
+    /// The highest global sequence of the flow's packets received.
+    newest_gseq: u64,
 }
 
 /// One [`LINK_MEMORY`] of a flow's packets.
@@ -562,7 +569,7 @@ impl Reorder {
             };
             let first = f.held.values().next();
             if first.is_some_and(|h| {
-                h.gseq.is_some_and(|g| {
+                h.bound_by.is_some_and(|g| {
                     may_still_come(&self.rx_links, f.links(), self.not_up, g, h.arrived, now)
                 })
             }) {
@@ -607,6 +614,7 @@ impl Reorder {
             by_link: Vec::new(),
             play: None,
             repaired: false,
+            newest_gseq: 0,
         })
     }
 
@@ -778,6 +786,9 @@ impl Reorder {
             Self::reschedule(&mut self.due, flow, f);
             return;
         }
+        if let Some(g) = gseq {
+            f.newest_gseq = f.newest_gseq.max(g);
+        }
         if seq == f.next {
             f.next += 1;
             Self::emit(f, now, play_at, data, &mut self.out);
@@ -796,6 +807,19 @@ impl Reorder {
                     deadline: now + hold,
                     play_at,
                     gseq,
+                    // The packets missing before a repaired flow's packet may have been
+                    // bound after it: its sender takes an aggregate flow's packets from
+                    // behind the head for a slower link (4.2 of `docs/protocol.md`), and
+                    // binds the packets ahead of it later, for the links ahead, which
+                    // may have delivered past it meanwhile. Packets bound in the flow's
+                    // order were bound before it, and the newest one received is as
+                    // good a mark for them once the links' lag has passed, which the
+                    // hold of such a flow, a resend's wait, covers.
+                    bound_by: if repaired {
+                        gseq.map(|g| g.max(f.newest_gseq))
+                    } else {
+                        gseq
+                    },
                     held_until: None,
                 },
             );
@@ -986,7 +1010,7 @@ impl Reorder {
             // held, in a flow for which waiting is worth it (`RxFlow::waits_for_links`).
             let first = f.held.values().next().filter(|_| f.waits_for_links());
             let until = first.and_then(|h| {
-                let g = h.gseq?;
+                let g = h.bound_by?;
                 let until = h.arrived + self.max_extra;
                 (now < until
                     && may_still_come(&self.rx_links, f.links(), self.not_up, g, h.arrived, now))
@@ -1618,6 +1642,9 @@ mod tests {
         }
         r.not_up = if up { 0 } else { 0b01 };
         r.insert_copy(t(20), HOLD, FlowId(1), 1, 11, 8, vec![8], true);
+        // Link 1 goes on past flow 1's newest packet (4: another flow's), so that it
+        // is not behind the gap either.
+        r.insert_copy(t(25), HOLD, FlowId(3), 1, 15, 0, vec![9], true);
         let mut out = drain(&mut r);
         for (i, now) in [30, 60, 90].into_iter().enumerate() {
             if delivers {
@@ -1659,6 +1686,33 @@ mod tests {
             assert_eq!(r.stats.late_delivered, 3);
             assert_eq!(r.stats.waited_for_links, 0);
         }
+    }
+
+    #[test]
+    fn a_repaired_flows_gap_waits_for_a_link_behind_its_newest_packet() {
+        // Flow 1 (its sender re-sends its losses) has used links 0, 1 and 2. Its 8 comes
+        // over link 1, taken from behind the head (global sequence 11) before 5..=7,
+        // which go later over link 2 (14..=16). Link 2 has delivered 12 (flow 2's): it is
+        // past 8 but not past 4 (13), the newest of flow 1 when 8 came. The gap waits
+        // for it.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        r.insert_copy(t(0), HOLD, FlowId(1), 2, 5, 0, vec![0], true);
+        for s in 1..5 {
+            r.insert_copy(t(s), HOLD, FlowId(1), 0, 9 + s, s, vec![s as u8], true);
+        }
+        r.insert_copy(t(6), HOLD, FlowId(2), 2, 12, 0, vec![9], true);
+        r.insert_copy(t(20), HOLD, FlowId(1), 1, 11, 8, vec![8], true);
+        let mut out = drain(&mut r);
+        out.extend(at(&mut r, t(99)));
+        for s in 5..8 {
+            r.insert_copy(t(100), HOLD, FlowId(1), 2, 9 + s, s, vec![s as u8], true);
+        }
+        out.extend(drain(&mut r));
+        out.retain(|&b| b != 9);
+        assert_eq!(out, vec![0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(r.stats.gaps_skipped, 0);
+        assert_eq!(r.stats.waited_for_links, 1);
     }
 
     #[test]
