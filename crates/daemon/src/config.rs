@@ -122,8 +122,8 @@ pub struct ClientSection {
     pub codel_covers_pause: Option<bool>,
     /// An aggregate flow's slower link is sent the packet that arrives in order there,
     /// not the flow's head (`docs/protocol.md` 4.2): beside a slow link far away, a
-    /// transfer keeps the fast link's rate; a cut of a faster link leaves a longer gap.
-    /// Default false.
+    /// transfer keeps the fast link's rate; false sends every link the head. Default
+    /// true.
     pub aggregate_arrival_order: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
@@ -311,8 +311,8 @@ pub struct ServerSection {
     pub codel_covers_pause: Option<bool>,
     /// An aggregate flow's slower link is sent the packet that arrives in order there,
     /// not the flow's head (`docs/protocol.md` 4.2): beside a slow link far away, a
-    /// transfer keeps the fast link's rate; a cut of a faster link leaves a longer gap.
-    /// Default false.
+    /// transfer keeps the fast link's rate; false sends every link the head. Default
+    /// true.
     pub aggregate_arrival_order: Option<bool>,
     /// How long an acknowledgement the tunnel owes waits for a packet going the other
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it

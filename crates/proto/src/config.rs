@@ -83,9 +83,9 @@ pub struct Config {
     /// that arrives in order there, instead of its head ([`crate::Binding::Behind`],
     /// `docs/protocol.md` 4.2): the receiver then holds the faster links' packets little
     /// or not at all for the slower link's. Beside a slow link far away a transfer gets
-    /// the fast link's rate again, but a cut of a faster link leaves a longer gap, the
-    /// packets that were to go there coming late over the others (`docs/RESULTS.md`
-    /// 8.7). Default off.
+    /// the fast link's rate again; a flow's head then waits for the faster links by
+    /// design (`docs/RESULTS.md` 8.7). Off, every slower link is sent the head. Default
+    /// on.
     pub aggregate_arrival_order: bool,
     /// Total packets held above the binding point, all flows together. Default 10240.
     pub limit_packets: usize,
@@ -186,7 +186,7 @@ impl Default for Config {
             header_compression: true,
             tcp_window_clamp: false,
             codel_covers_pause: false,
-            aggregate_arrival_order: false,
+            aggregate_arrival_order: true,
             limit_packets: 10_240,
             limit_bytes: 32 << 20,
             max_flows: 16_384,

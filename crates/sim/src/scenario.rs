@@ -246,8 +246,8 @@ pub struct LateKnobs {
     #[serde(default)]
     pub codel_covers_pause: bool,
     /// An aggregate flow's slower link is sent the packet that arrives in order there
-    /// (the engine's `aggregate_arrival_order`). Default false.
-    #[serde(default)]
+    /// (the engine's `aggregate_arrival_order`). Default true.
+    #[serde(default = "yes")]
     pub aggregate_arrival_order: bool,
     /// Rate control on each link starts from the link's capacity in that direction (its
     /// rate, or its trace's mean) instead of searching for it, as a daemon does with a
@@ -475,7 +475,7 @@ impl Default for LateKnobs {
             codel_target_ms: default_codel_target_ms(),
             tcp_window_clamp: false,
             codel_covers_pause: false,
-            aggregate_arrival_order: false,
+            aggregate_arrival_order: true,
             seed_capacity: false,
             dispatch: false,
             dispatch_horizon_us: default_dispatch_horizon_us(),

@@ -579,22 +579,24 @@ fn auto_spreads_a_tcp_transfer_and_leaves_a_datagram_flow_where_it_arrives_soone
 /// A call beside a transfer spread over a slow lossy link: its own losses (0.1 % on the
 /// fast link it uses) are given up as soon as the fast link delivers past them, not
 /// after the hold time the slow link's lag sets (`docs/protocol.md` 5.2). Before, each
-/// loss held the call's next packets for up to 300 ms: p99 77.8 and 65.7 ms at these
-/// seeds, 11.2 and 11.1 since.
+/// loss held the call's next packets for up to 300 ms: p99 77.8 and 65.7 ms at seeds 3
+/// and 6, 11.2 and 11.1 since. Every seed of 1-8 at which the call lost a packet counts
+/// (at least two must: which seeds those are moves with anything that changes a run).
 #[test]
 fn a_call_beside_a_spread_transfer_is_not_held_at_its_own_losses() {
     let links = &[(0.83, 71.8, 0.01, 0.0), (5.37, 5.9, 0.001, 1.0)][..];
-    for seed in [3, 6] {
+    let mut tested = 0;
+    for seed in 1..=8 {
         let r = run(
             &inline_scenario(&mix(links, "up", "auto", 15.0, seed)),
             Mode::Late,
         )
         .unwrap();
         let probe = flow(&r, "probe");
-        assert!(
-            probe.lost >= 1,
-            "seed {seed}: the call lost nothing to test"
-        );
+        if probe.lost == 0 {
+            continue;
+        }
+        tested += 1;
         assert!(
             probe.latency_ms.p99 < 20.0,
             "seed {seed}: probe p99 {} ms",
@@ -605,6 +607,7 @@ fn a_call_beside_a_spread_transfer_is_not_held_at_its_own_losses() {
             "seed {seed}"
         );
     }
+    assert!(tested >= 2, "the call lost a packet at {tested} seeds of 8");
 }
 
 /// With `aggregate_arrival_order`, a link far slower and farther than the other (0.75
