@@ -1108,19 +1108,14 @@ impl Endpoint {
         {
             hold = hold.max(wait.min(self.config.reorder_hold_max));
         }
-        // The links that may still bring a flow's missing packet (`Reorder::skip_lost`).
-        self.reorder.live = self
-            .links
-            .iter()
-            .enumerate()
-            .filter(|(i, l)| *i < 64 && l.state != LinkState::Down)
-            .fold(0, |m, (i, _)| m | 1u64 << i);
-        self.reorder.not_up = self
-            .links
-            .iter()
-            .enumerate()
-            .filter(|(i, l)| *i < 64 && l.state != LinkState::Up)
-            .fold(0, |m, (i, _)| m | 1u64 << i);
+        // The links that may still bring a flow's missing packet (`Reorder::skip_lost`),
+        // and those not up here (`reorder.rs` `quiet`).
+        let (mut live, mut not_up) = (0u64, 0u64);
+        for (i, l) in self.links.iter().enumerate().take(64) {
+            live |= u64::from(l.state != LinkState::Down) << i;
+            not_up |= u64::from(l.state != LinkState::Up) << i;
+        }
+        (self.reorder.live, self.reorder.not_up) = (live, not_up);
         self.reorder
             .insert_copy(now, hold, flow, arrived_on, gseq, fseq, buf, data.recovered);
     }

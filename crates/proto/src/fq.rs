@@ -134,45 +134,9 @@ impl Packets {
         Some(packet)
     }
 
-    /// Removes the packet of `fifo` (which holds one) that the most bytes are ahead of
-    /// without exceeding `bytes`, each packet counted as `per_packet` plus its length; the
-    /// last packet if all of them fit. Returns it and how many packets were ahead of it.
-    fn remove_behind(
-        &mut self,
-        fifo: &mut Fifo,
-        bytes: usize,
-        per_packet: usize,
-    ) -> (Queued, usize) {
-        let (mut prev, mut i, mut ahead, mut n) = (NIL, fifo.head, 0usize, 0usize);
-        loop {
-            let node = &self.nodes[i as usize];
-            let behind = ahead + per_packet + node.packet.data.len();
-            if node.next == NIL || behind > bytes {
-                break;
-            }
-            (prev, i, ahead, n) = (i, node.next, behind, n + 1);
-        }
-        if prev == NIL {
-            return (self.pop_front(fifo).expect("the FIFO holds a packet"), 0);
-        }
-        let next = self.nodes[i as usize].next;
-        self.nodes[prev as usize].next = next;
-        if next == NIL {
-            fifo.tail = prev;
-        }
-        let node = &mut self.nodes[i as usize];
-        let packet = Queued {
-            data: std::mem::take(&mut node.packet.data),
-            enqueued: node.packet.enqueued,
-        };
-        node.next = self.free;
-        self.free = i;
-        (packet, n)
-    }
-
-    /// How many packets of `fifo` from its head on fit within `bytes`, each counted with
-    /// `per_packet` more (what [`Self::remove_behind`] would find ahead of its packet, the
-    /// last one's place at most).
+    /// How many packets of `fifo` from its head on fit within `bytes`, each counted as
+    /// `per_packet` plus its length, at most all but its last: the place of the packet
+    /// that the most bytes are ahead of without exceeding `bytes`, or of the last one.
     fn count_within(&self, fifo: Fifo, bytes: usize, per_packet: usize) -> usize {
         let (mut i, mut ahead, mut n) = (fifo.head, 0usize, 0usize);
         while i != NIL {
@@ -1010,21 +974,16 @@ impl FlowQueues {
             .find(|&&(l, _)| l == link)
             .map(|&(_, max)| max)
             .filter(|&max| max >= flow.next_seq);
-        let (q, ahead) = match floor {
-            Some(max) => {
-                // The packets ahead of the first one numbered past `max`: the numbers
-                // from `next_seq` to `max` that no packet taken from behind carries.
-                let reserved = flow.taken_ahead.iter().filter(|&&t| t <= max).count();
-                let skip = (max + 1 - flow.next_seq) as usize - reserved;
-                let by_bytes =
-                    self.store
-                        .count_within(flow.queue, bytes, crate::wire::DATA_OVERHEAD);
-                self.store.remove_nth(&mut flow.queue, skip.max(by_bytes))?
-            }
-            None => self
-                .store
-                .remove_behind(&mut flow.queue, bytes, crate::wire::DATA_OVERHEAD),
-        };
+        let mut place = self
+            .store
+            .count_within(flow.queue, bytes, crate::wire::DATA_OVERHEAD);
+        if let Some(max) = floor {
+            // Past the packets ahead of the first one numbered past `max`: the numbers
+            // from `next_seq` to `max` that no packet taken from behind carries.
+            let reserved = flow.taken_ahead.iter().filter(|&&t| t <= max).count();
+            place = place.max((max + 1 - flow.next_seq) as usize - reserved);
+        }
+        let (q, ahead) = self.store.remove_nth(&mut flow.queue, place)?;
         if ahead == 0 {
             // The head after all (its flow had no more waiting).
             return Some(self.took_head_number(slot, q));
