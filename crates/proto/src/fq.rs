@@ -355,10 +355,6 @@ pub(crate) struct Flow {
     /// When a packet was last taken from behind its head: its head then waits, by
     /// design, for the links that deliver sooner (CoDel's target, [`FlowQueues::target_of`]).
     taken_behind_at: Option<Instant>,
-    /// Per link that took packets from behind the head (the key of
-    /// [`Decision::TakeBehind`]), the highest number it took, while still above
-    /// `next_seq`.
-    behind_max: Vec<(usize, u64)>,
     last_active: Instant,
     /// The backlog its sender is held to by the receive-window clamp (4.1), 0 if none:
     /// CoDel leaves a queue within it alone.
@@ -404,6 +400,17 @@ pub(crate) enum Decision<T> {
     TakeBehind(T, usize, usize),
     /// Leave it at the head; nothing can take it now.
     Wait,
+}
+
+/// A flow with numbers taken from behind its head still ahead of its `next_seq`
+/// ([`FlowQueues::numbered_ahead_of`], [`FlowQueues::take_behind`]).
+#[derive(Debug)]
+struct NumberedBehind {
+    id: FlowId,
+    slot: usize,
+    /// Per link that took them (the key of [`Decision::TakeBehind`]), the highest
+    /// number it took, while that is ahead of `next_seq`.
+    by_link: Vec<(usize, u64)>,
 }
 
 /// The flow table and the scheduler.
@@ -455,9 +462,10 @@ pub(crate) struct FlowQueues {
     /// its slot to another), and which slots are in it.
     small: VecDeque<usize>,
     small_listed: Vec<bool>,
-    /// The flows (id, slot) that have numbers given to packets taken from behind their
-    /// head still ahead of `next_seq` ([`Self::numbered_ahead_of`]): a few at most.
-    numbered_behind: Vec<(FlowId, usize)>,
+    /// The flows that have numbers given to packets taken from behind their head still
+    /// ahead of `next_seq` (a non-empty `taken_ahead`): a few at most, kept beside the
+    /// flow table rather than in every flow.
+    numbered_behind: Vec<NumberedBehind>,
     pub(crate) stats: QueueStats,
 }
 
@@ -724,7 +732,6 @@ impl FlowQueues {
             next_seq: 0,
             taken_ahead: Vec::new(),
             taken_behind_at: None,
-            behind_max: Vec::new(),
             last_active: now,
             allowance: 0,
             link: None,
@@ -968,10 +975,11 @@ impl FlowQueues {
         link: usize,
     ) -> Option<(Queued, FlowId, u64)> {
         let flow = flow_mut(&mut self.flows, slot);
-        let floor = flow
-            .behind_max
+        let floor = self
+            .numbered_behind
             .iter()
-            .find(|&&(l, _)| l == link)
+            .find(|n| n.slot == slot)
+            .and_then(|n| n.by_link.iter().find(|&&(l, _)| l == link))
             .map(|&(_, max)| max)
             .filter(|&max| max >= flow.next_seq);
         let mut place = self
@@ -999,13 +1007,16 @@ impl FlowQueues {
             at += 1;
         }
         flow.taken_ahead.insert(at, seq);
-        match flow.behind_max.iter_mut().find(|(l, _)| *l == link) {
-            Some(entry) => entry.1 = entry.1.max(seq),
-            None => flow.behind_max.push((link, seq)),
-        }
-        if flow.taken_ahead.len() == 1 {
-            let id = flow.id;
-            self.numbered_behind.push((id, slot));
+        match self.numbered_behind.iter_mut().find(|n| n.slot == slot) {
+            Some(n) => match n.by_link.iter_mut().find(|(l, _)| *l == link) {
+                Some(entry) => entry.1 = entry.1.max(seq),
+                None => n.by_link.push((link, seq)),
+            },
+            None => self.numbered_behind.push(NumberedBehind {
+                id: flow.id,
+                slot,
+                by_link: vec![(link, seq)],
+            }),
         }
         Some(self.took(slot, q, seq))
     }
@@ -1025,10 +1036,13 @@ impl FlowQueues {
             .count();
         flow.taken_ahead.drain(..passed);
         flow.next_seq += passed as u64;
-        let next = flow.next_seq;
-        flow.behind_max.retain(|&(_, max)| max >= next);
-        if passed > 0 && flow.taken_ahead.is_empty() {
-            self.numbered_behind.retain(|&(_, s)| s != slot);
+        if passed > 0 {
+            let (next, done) = (flow.next_seq, flow.taken_ahead.is_empty());
+            if done {
+                self.numbered_behind.retain(|n| n.slot != slot);
+            } else if let Some(n) = self.numbered_behind.iter_mut().find(|n| n.slot == slot) {
+                n.by_link.retain(|&(_, max)| max >= next);
+            }
         }
         self.took(slot, q, seq)
     }
@@ -1055,8 +1069,8 @@ impl FlowQueues {
     pub(crate) fn numbered_ahead_of(&self, flow: FlowId, seq: u64) -> bool {
         self.numbered_behind
             .iter()
-            .find(|&&(id, _)| id == flow)
-            .and_then(|&(_, slot)| self.flows[slot].as_ref())
+            .find(|n| n.id == flow)
+            .and_then(|n| self.flows[n.slot].as_ref())
             .is_some_and(|f| f.id == flow && f.next_seq < seq)
     }
 
@@ -1167,7 +1181,7 @@ impl FlowQueues {
             if expired {
                 let f = self.flows[slot].take().expect("checked live");
                 self.index.remove(self.index.tag(&f.key), slot);
-                self.numbered_behind.retain(|&(_, s)| s != slot);
+                self.numbered_behind.retain(|n| n.slot != slot);
                 self.free.push(slot);
                 if self.overflow_slot == Some(slot) {
                     self.overflow_slot = None;
