@@ -2025,15 +2025,6 @@ impl Endpoint {
         } else {
             TxForm::Full
         };
-        if let Ok(r) = std::env::var("LB_DBG2") {
-            let (a, b) = r.split_once('-').unwrap();
-            if (a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap()).contains(&flow_seq) {
-                eprintln!(
-                    "bind now={:?} link={} fseq={} gseq={}",
-                    now, li, flow_seq, gseq
-                );
-            }
-        }
         let data = SentData {
             payload: queued.data,
             global_seq: gseq,
