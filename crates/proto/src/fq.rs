@@ -120,18 +120,23 @@ impl Packets {
             return None;
         }
         let i = fifo.head;
-        let node = &mut self.nodes[i as usize];
-        fifo.head = node.next;
+        fifo.head = self.nodes[i as usize].next;
         if fifo.head == NIL {
             fifo.tail = NIL;
         }
+        Some(self.release(i))
+    }
+
+    /// Takes the packet out of node `i`, already unlinked from its FIFO, and frees the node.
+    fn release(&mut self, i: u32) -> Queued {
+        let node = &mut self.nodes[i as usize];
         let packet = Queued {
             data: std::mem::take(&mut node.packet.data),
             enqueued: node.packet.enqueued,
         };
         node.next = self.free;
         self.free = i;
-        Some(packet)
+        packet
     }
 
     /// How many packets of `fifo` from its head on fit within `bytes`, each counted as
@@ -175,14 +180,7 @@ impl Packets {
         if next == NIL {
             fifo.tail = prev;
         }
-        let node = &mut self.nodes[i as usize];
-        let packet = Queued {
-            data: std::mem::take(&mut node.packet.data),
-            enqueued: node.packet.enqueued,
-        };
-        node.next = self.free;
-        self.free = i;
-        Some((packet, n))
+        Some((self.release(i), n))
     }
 
     fn back_mut(&mut self, fifo: Fifo) -> Option<&mut Queued> {
@@ -348,10 +346,6 @@ pub(crate) struct Flow {
     codel: Codel,
     /// Next flow sequence number to put on the wire.
     pub(crate) next_seq: u64,
-    /// Sequence numbers above `next_seq` already given to packets taken from behind the
-    /// head ([`Decision::TakeBehind`]), ascending: the packets ahead of them get the
-    /// numbers in between as they leave.
-    taken_ahead: Vec<u64>,
     /// When a packet was last taken from behind its head: its head then waits, by
     /// design, for the links that deliver sooner (CoDel's target, [`FlowQueues::target_of`]).
     taken_behind_at: Option<Instant>,
@@ -402,12 +396,15 @@ pub(crate) enum Decision<T> {
     Wait,
 }
 
-/// A flow with numbers taken from behind its head still ahead of its `next_seq`
-/// ([`FlowQueues::numbered_ahead_of`], [`FlowQueues::take_behind`]).
+/// A flow with numbers given to packets taken from behind its head still ahead of its
+/// `next_seq` ([`FlowQueues::take_behind`], [`FlowQueues::numbered_ahead_of`]).
 #[derive(Debug)]
 struct NumberedBehind {
     id: FlowId,
     slot: usize,
+    /// Those numbers, ascending: the packets ahead of them get the numbers in between as
+    /// they leave. Never empty (the entry goes when the head passes them all).
+    taken: Vec<u64>,
     /// Per link that took them (the key of [`Decision::TakeBehind`]), the highest
     /// number it took, while that is ahead of `next_seq`.
     by_link: Vec<(usize, u64)>,
@@ -463,8 +460,8 @@ pub(crate) struct FlowQueues {
     small: VecDeque<usize>,
     small_listed: Vec<bool>,
     /// The flows that have numbers given to packets taken from behind their head still
-    /// ahead of `next_seq` (a non-empty `taken_ahead`): a few at most, kept beside the
-    /// flow table rather than in every flow.
+    /// ahead of `next_seq`: a few at most, kept beside the flow table rather than in
+    /// every flow.
     numbered_behind: Vec<NumberedBehind>,
     pub(crate) stats: QueueStats,
 }
@@ -730,7 +727,6 @@ impl FlowQueues {
             list: List::None,
             codel: Codel::default(),
             next_seq: 0,
-            taken_ahead: Vec::new(),
             taken_behind_at: None,
             last_active: now,
             allowance: 0,
@@ -975,20 +971,16 @@ impl FlowQueues {
         link: usize,
     ) -> Option<(Queued, FlowId, u64)> {
         let flow = flow_mut(&mut self.flows, slot);
-        let floor = self
-            .numbered_behind
-            .iter()
-            .find(|n| n.slot == slot)
-            .and_then(|n| n.by_link.iter().find(|&&(l, _)| l == link))
-            .map(|&(_, max)| max)
-            .filter(|&max| max >= flow.next_seq);
+        let entry = self.numbered_behind.iter().position(|n| n.slot == slot);
         let mut place = self
             .store
             .count_within(flow.queue, bytes, crate::wire::DATA_OVERHEAD);
-        if let Some(max) = floor {
+        if let Some(n) = entry.map(|e| &self.numbered_behind[e])
+            && let Some(&(_, max)) = n.by_link.iter().find(|&&(l, _)| l == link)
+        {
             // Past the packets ahead of the first one numbered past `max`: the numbers
             // from `next_seq` to `max` that no packet taken from behind carries.
-            let reserved = flow.taken_ahead.iter().filter(|&&t| t <= max).count();
+            let reserved = n.taken.iter().filter(|&&t| t <= max).count();
             place = place.max((max + 1 - flow.next_seq) as usize - reserved);
         }
         let (q, ahead) = self.store.remove_nth(&mut flow.queue, place)?;
@@ -999,22 +991,25 @@ impl FlowQueues {
         flow.taken_behind_at = Some(now);
         // The `ahead`-th number from `next_seq` on that no packet carries yet.
         let mut seq = flow.next_seq + ahead as u64;
-        let mut at = 0;
-        while let Some(&taken) = flow.taken_ahead.get(at)
-            && taken <= seq
-        {
-            seq += 1;
-            at += 1;
-        }
-        flow.taken_ahead.insert(at, seq);
-        match self.numbered_behind.iter_mut().find(|n| n.slot == slot) {
-            Some(n) => match n.by_link.iter_mut().find(|(l, _)| *l == link) {
-                Some(entry) => entry.1 = entry.1.max(seq),
-                None => n.by_link.push((link, seq)),
-            },
+        match entry.map(|e| &mut self.numbered_behind[e]) {
+            Some(n) => {
+                let mut at = 0;
+                while let Some(&taken) = n.taken.get(at)
+                    && taken <= seq
+                {
+                    seq += 1;
+                    at += 1;
+                }
+                n.taken.insert(at, seq);
+                match n.by_link.iter_mut().find(|(l, _)| *l == link) {
+                    Some(entry) => entry.1 = entry.1.max(seq),
+                    None => n.by_link.push((link, seq)),
+                }
+            }
             None => self.numbered_behind.push(NumberedBehind {
                 id: flow.id,
                 slot,
+                taken: vec![seq],
                 by_link: vec![(link, seq)],
             }),
         }
@@ -1028,19 +1023,20 @@ impl FlowQueues {
         let flow = flow_mut(&mut self.flows, slot);
         let seq = flow.next_seq;
         flow.next_seq += 1;
-        let passed = flow
-            .taken_ahead
-            .iter()
-            .zip(flow.next_seq..)
-            .take_while(|(taken, next)| **taken == *next)
-            .count();
-        flow.taken_ahead.drain(..passed);
-        flow.next_seq += passed as u64;
-        if passed > 0 {
-            let (next, done) = (flow.next_seq, flow.taken_ahead.is_empty());
-            if done {
-                self.numbered_behind.retain(|n| n.slot != slot);
-            } else if let Some(n) = self.numbered_behind.iter_mut().find(|n| n.slot == slot) {
+        if let Some(e) = self.numbered_behind.iter().position(|n| n.slot == slot) {
+            let n = &mut self.numbered_behind[e];
+            let passed = n
+                .taken
+                .iter()
+                .zip(flow.next_seq..)
+                .take_while(|(taken, next)| **taken == *next)
+                .count();
+            flow.next_seq += passed as u64;
+            if passed == n.taken.len() {
+                self.numbered_behind.swap_remove(e);
+            } else if passed > 0 {
+                n.taken.drain(..passed);
+                let next = flow.next_seq;
                 n.by_link.retain(|&(_, max)| max >= next);
             }
         }
