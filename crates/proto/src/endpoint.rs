@@ -811,7 +811,7 @@ impl Endpoint {
         if local_down {
             // What the driver held for this interface is lost with it, and what is in
             // flight on it will not be acknowledged: re-send all of it elsewhere now.
-            self.reinject_from(now, i, ReinjectCause::LinkDown);
+            self.reinject_from(now, i, ReinjectCause::LinkDown, None);
             self.links[i].drop_below_binding();
         }
         let l = &mut self.links[i];
@@ -1007,7 +1007,7 @@ impl Endpoint {
                 let peer_down = state == wire::LinkState::Down;
                 if peer_down && !self.links[i].peer_down {
                     // The peer cannot use this link: what is in flight on it is lost.
-                    self.reinject_from(now, i, ReinjectCause::LinkDown);
+                    self.reinject_from(now, i, ReinjectCause::LinkDown, None);
                 }
                 let l = &mut self.links[i];
                 let local = l.local_down;
@@ -1187,12 +1187,21 @@ impl Endpoint {
     }
 
     /// Takes link `i`'s unacknowledged inner packets for reinjection on other links.
-    fn reinject_from(&mut self, now: Instant, i: usize, cause: ReinjectCause) {
+    fn reinject_from(
+        &mut self,
+        now: Instant,
+        i: usize,
+        cause: ReinjectCause,
+        left_by: Option<(Instant, Instant)>,
+    ) {
         if self.config.reinjection == ReinjectTimer::Off {
             return;
         }
         let mut taken = std::mem::take(&mut self.reinject_scratch);
-        let n = self.links[i].take_unacked_data(&mut taken);
+        let n = match left_by {
+            Some((t, before)) => self.links[i].take_unacked_data_left_by(t, before, &mut taken),
+            None => self.links[i].take_unacked_data(&mut taken),
+        };
         let after_ack = now - self.links[i].last_ack_time;
         if n > 0 {
             // Its load moves to the other links: their windows must not hold it back.
@@ -1258,6 +1267,7 @@ impl Endpoint {
             }
             LinkState::Down => l.stats.went_down += 1,
             LinkState::Up => {
+                l.rej_aging = None;
                 if from == LinkState::Suspect {
                     let d = now - l.suspect_since;
                     l.stats.longest_suspect = l.stats.longest_suspect.max(d);
@@ -1289,13 +1299,37 @@ impl Endpoint {
             if l.loss_time().is_some_and(|t| t <= now) {
                 l.detect_lost(now, &mut lost);
             }
+            // What the timer's last expiry left behind, as it ages, while the link stays
+            // suspect (4.4).
+            if let Some((wait, before)) = l.rej_aging.filter(|_| l.state == LinkState::Suspect) {
+                match l.aging_deadline() {
+                    None => l.rej_aging = None,
+                    Some(t) if t <= now => {
+                        let left_by = now.saturating_sub(wait).min(before);
+                        self.reinject_from(now, i, ReinjectCause::Timer, Some((left_by, before)));
+                    }
+                    Some(_) => {}
+                }
+            }
+            let l = &mut self.links[i];
             match l.state {
                 LinkState::Up => {
-                    if l.rej_deadline(&self.config).is_some_and(|t| t <= now) {
+                    if let Some((_, wait)) = l
+                        .rej_deadline_and_wait(&self.config)
+                        .filter(|&(t, _)| t <= now)
+                    {
+                        // A link that lately paused is likely in another pause: its
+                        // packets go as each reaches the age the oldest had, so that
+                        // what the pause's end finds younger is not sent twice. Any
+                        // other is likely cut: all at once (4.4).
+                        let left_by = l
+                            .paused_lately(now)
+                            .then(|| (now.saturating_sub(wait), now));
+                        l.rej_aging = left_by.map(|_| (wait, now));
                         l.state = LinkState::Suspect;
                         l.probe_backoff = 0;
                         l.stats.rej_expired += 1;
-                        self.reinject_from(now, i, ReinjectCause::Timer);
+                        self.reinject_from(now, i, ReinjectCause::Timer, left_by);
                         self.on_state_change(now, i, LinkState::Up, LinkState::Suspect);
                     }
                 }
@@ -2371,6 +2405,7 @@ impl Endpoint {
             consider(l.ping_due);
             consider(l.loss_time());
             consider(l.rej_deadline(&self.config));
+            consider(l.aging_deadline());
             if l.state != LinkState::Down && l.ping_due.is_none() {
                 consider(Some(l.last_eliciting_sent + self.probe_interval(i)));
             }

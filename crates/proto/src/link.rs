@@ -810,6 +810,11 @@ pub(crate) struct Link {
     /// over it after all: its reinjection timer had expired in a pause, not at a
     /// failure, and the reinjections went twice.
     pub(crate) last_spurious: Option<Instant>,
+    /// After the reinjection timer expired on a link that lately paused: how long after
+    /// its departure a packet's acknowledgement was then awaited, and when it expired.
+    /// The packets in flight then that were not taken at once are taken as they reach
+    /// that age, whether the link is back up or not.
+    pub(crate) rej_aging: Option<(Duration, Instant)>,
     /// Packet numbers of the latest probes given up by `expire_in_flight`, at most
     /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
     expired_probes: VecDeque<u64>,
@@ -936,6 +941,7 @@ impl Link {
             cc,
             largest_acked: None,
             last_spurious: None,
+            rej_aging: None,
             expired_probes: VecDeque::new(),
             probe_expiry_scale: 1,
             last_sampled: None,
@@ -1598,6 +1604,56 @@ impl Link {
         n
     }
 
+    /// Takes, as [`Self::take_unacked_data`], the inner packets of the unacknowledged
+    /// datagrams that started their way (as [`Self::oldest_unacked_left`] counts it) at
+    /// or before `left_by`, and, of those that started at or before `before`, the ones of
+    /// flows not spread over the links (a call's, a game's) and the small ones (a TCP
+    /// acknowledgement): late for their use if they wait, and cheap to send twice.
+    pub(crate) fn take_unacked_data_left_by(
+        &mut self,
+        left_by: Instant,
+        before: Instant,
+        out: &mut Vec<SentData>,
+    ) -> usize {
+        let mut n = 0;
+        for p in self.sent.iter_mut().flatten() {
+            if p.left > before {
+                continue;
+            }
+            let due = p.left <= left_by;
+            if let Some(d) = p.data.as_mut().filter(|d| {
+                !d.taken && (due || !d.spread || d.payload.len() <= crate::fq::SMALL_BACKLOG)
+            }) {
+                out.push(d.take());
+                n += 1;
+            }
+        }
+        self.stats.reinjected += n as u64;
+        n
+    }
+
+    /// The link's reinjection timer lately expired in a pause (what it had in flight was
+    /// acknowledged after all, within [`SPURIOUS_MEMORY`]).
+    pub(crate) fn paused_lately(&self, now: Instant) -> bool {
+        self.last_spurious
+            .is_some_and(|t| now.saturating_duration_since(t) <= SPURIOUS_MEMORY)
+    }
+
+    /// When the oldest of the packets left behind at the last expiry of the reinjection
+    /// timer ([`Self::rej_aging`]) reaches the age at which it expired; `None` when none
+    /// is left.
+    pub(crate) fn aging_deadline(&self) -> Option<Instant> {
+        let (wait, before) = self.rej_aging?;
+        let oldest = self
+            .sent
+            .iter()
+            .flatten()
+            .filter(|p| p.left <= before && p.data.as_ref().is_some_and(|d| !d.taken))
+            .map(|p| p.left)
+            .min()?;
+        Some(oldest + wait)
+    }
+
     /// Takes the inner packet of the oldest unacknowledged datagram sent before
     /// `sent_before` that is of a spread flow, not taken yet, and not yet sent on one of
     /// the links of `to` (bits, [`link_bit`]), for reinjection (the record stays, as with
@@ -1620,6 +1676,17 @@ impl Link {
     /// When the reinjection timer expires (`None`: nothing unacknowledged, or the link is
     /// not up). See [`ReinjectTimer`].
     pub(crate) fn rej_deadline(&self, config: &crate::config::Config) -> Option<Instant> {
+        self.rej_deadline_and_wait(config).map(|(at, _)| at)
+    }
+
+    /// [`Self::rej_deadline`], and how long after its start each packet's acknowledgement
+    /// is awaited by the formula alone (without the wait for a pause as long as the
+    /// link's recent ones, which counts from the oldest packet: the pause holds the
+    /// later ones too).
+    pub(crate) fn rej_deadline_and_wait(
+        &self,
+        config: &crate::config::Config,
+    ) -> Option<(Instant, Duration)> {
         if self.state != LinkState::Up {
             return None;
         }
@@ -1637,7 +1704,8 @@ impl Link {
             ReinjectTimer::SrttRttvar => armed + r.srtt + var + mad,
             ReinjectTimer::MinRttRttvar => armed + r.min + var + mad,
             ReinjectTimer::Off => {
-                return Some(armed + self.suspect_timeout(mad, config.suspect_min));
+                let at = armed + self.suspect_timeout(mad, config.suspect_min);
+                return Some((at, at.saturating_duration_since(oldest)));
             }
         };
         // A link whose timer lately expired in a pause (what it had in flight was
@@ -1646,6 +1714,7 @@ impl Link {
         // duplicates (a tenth of the aggregate's capacity on aggregate-3), and a real
         // failure of such a link is found that much later: at most `reinject_max_age`
         // later, the age at which a reinjection is given up anyway.
+        let wait = at.saturating_duration_since(oldest);
         let at = match (self.last_spurious, &self.cc) {
             (Some(t), Some(c)) if oldest - t <= SPURIOUS_MEMORY => {
                 let pause = c.recent_pause().min(config.reinject_max_age);
@@ -1653,7 +1722,7 @@ impl Link {
             }
             _ => at,
         };
-        Some(at.max(armed + config.rej_min))
+        Some((at.max(armed + config.rej_min), wait))
     }
 
     /// When the link's oldest unacknowledged ack-eliciting packet started its way: for a
@@ -1662,7 +1731,7 @@ impl Link {
     /// not on the path, and its acknowledgement cannot be late); for one still waiting
     /// there, its handoff to the driver, so that an interface that stops sending times
     /// out as the path would. The earlier of the two kinds' oldest.
-    fn oldest_unacked_left(&self) -> Option<Instant> {
+    pub(crate) fn oldest_unacked_left(&self) -> Option<Instant> {
         let oldest = self.oldest_eliciting().map(|p| p.left);
         // The packets below the binding point are the newest, a few at most; one
         // handed over before the oldest's departure may still be waiting.

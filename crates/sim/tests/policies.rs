@@ -638,9 +638,9 @@ fn in_arrival_order_a_slow_far_link_does_not_drag_a_spread_transfer_below_the_fa
 }
 
 /// With `aggregate_arrival_order`, a download over 10 Mbit/s beside a cellular trace
-/// (TMobile LTE, `bufferbloat-2links.toml`) gets as much as from the head at the delays
-/// where the trace's slumps used to stall it (`docs/RESULTS.md` 8.7). Two things did:
-/// the packets of the trace link that its timer sent again went on the fixed link ahead
+/// (TMobile LTE, `bufferbloat-2links.toml`) gets as much as from the head around the
+/// delays where the trace's slumps used to stall it (`docs/RESULTS.md` 8.7), and at those
+/// delays it does not stall. Two things did: the packets of the trace link that its timer sent again went on the fixed link ahead
 /// of the packets they come after in the flow (at 40 ms: 15.5 against 19.4 Mbit/s), and
 /// the trace link, which had taken packets from behind the head, was later given the
 /// head, so that packets ahead in the flow went behind them on the same link, bound
@@ -655,8 +655,11 @@ fn in_arrival_order_a_trace_links_slumps_do_not_stall_a_spread_download() {
             "links.1.trace_up=\"../../shared/traces/TMobile-LTE-short.up\"",
         ],
     );
-    for delay in ["20", "40"] {
-        let goodput = |in_order: &str| {
+    // Around each delay, five runs 2 ms apart: a single run's goodput moves by a few
+    // per cent either way with the delay (which of the trace's slumps meet which of the
+    // flow's packets), a stall by a tenth.
+    for delays in [[16, 18, 20, 22, 24], [36, 38, 40, 42, 44]] {
+        let goodput = |delay: u32, in_order: &str| {
             let r = run(
                 &with(
                     &s,
@@ -670,11 +673,22 @@ fn in_arrival_order_a_trace_links_slumps_do_not_stall_a_spread_download() {
             .unwrap();
             (flow(&r, "bulk").goodput_mbps, flow(&r, "bulk").max_gap_ms)
         };
-        let (on, off) = (goodput("true"), goodput("false"));
+        let (mut on_sum, mut off_sum) = (0.0, 0.0);
+        for delay in delays {
+            let (on, off) = (goodput(delay, "true"), goodput(delay, "false"));
+            // At the delays where it stalled (elsewhere the simulator's TCP meets a 1 s
+            // timeout now and then, in either order: at 36 ms from the head, at 44 in
+            // arrival order).
+            assert!(
+                on.1 < 500.0 || delay % 20 != 0,
+                "{delay} ms: in arrival order {on:?} (Mbit/s, longest gap ms)"
+            );
+            on_sum += on.0;
+            off_sum += off.0;
+        }
         assert!(
-            on.0 >= 0.97 * off.0,
-            "{delay} ms: in arrival order {on:?} (Mbit/s, longest gap ms), from the head {off:?}"
+            on_sum >= 0.97 * off_sum,
+            "{delays:?} ms: in arrival order {on_sum:.2} Mbit/s (sum), from the head {off_sum:.2}"
         );
-        assert!(on.1 < 500.0, "{delay} ms: in arrival order {on:?}");
     }
 }

@@ -82,6 +82,9 @@ pub(crate) struct LinkSpec {
     pub(crate) rate: Option<f64>,
     /// The engine's configuration of the link (client side).
     pub(crate) config: LinkConfig,
+    /// Pauses of the uplink, as a cellular scheduler's: a client datagram due at the
+    /// server within one arrives at its end (in order).
+    pub(crate) up_pauses: Vec<(Instant, Instant)>,
 }
 
 impl LinkSpec {
@@ -92,7 +95,15 @@ impl LinkSpec {
             down: one_way,
             rate: None,
             config: LinkConfig::default(),
+            up_pauses: Vec::new(),
         }
+    }
+
+    /// The uplink delivers nothing in `[from, until)`; what it carries then arrives at
+    /// `until`.
+    pub(crate) fn up_pause(mut self, from: Instant, until: Instant) -> Self {
+        self.up_pauses.push((from, until));
+        self
     }
 
     /// Serializes the client's datagrams at `bits_per_sec`.
@@ -828,9 +839,16 @@ impl Pair {
             });
             return;
         }
+        let mut at = now + delay;
+        if from == Side::Client {
+            let l = &self.links[usize::from(link.0)];
+            if let Some(&(_, until)) = l.spec.up_pauses.iter().find(|&&(a, b)| at >= a && at < b) {
+                at = until;
+            }
+        }
         let order = self.next_order();
         self.wire.push(Reverse(InFlight {
-            at: now + delay,
+            at,
             order,
             to: from.peer(),
             link,

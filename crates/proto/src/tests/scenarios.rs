@@ -1171,6 +1171,77 @@ fn late_packets_of_an_aggregate_flow_go_again_on_an_idle_link() {
     }
 }
 
+/// A link whose reinjection timer lately expired in a pause (what it had in flight came
+/// after all) takes its packets for reinjection as each reaches the age at which the
+/// timer expired, not all at once (4.4): when the pause ends, what has not reached that
+/// age is not sent twice. Link 1's uplink delivers nothing for 80 ms at 1 s, then for
+/// 70 ms at 2 s, as a cellular scheduler's pauses. At the first pause its timer has
+/// never expired spuriously: all it has in flight is taken at once, as at a cut (the
+/// silent-link tests above). At the second, its packets are taken one age at a time, and
+/// those that had not reached it when the pause ended are not.
+#[test]
+fn after_a_pause_a_links_packets_are_taken_for_reinjection_as_they_age() {
+    const PORT: u16 = 9406;
+    let pauses = [(at_ms(1000), at_ms(1080)), (at_ms(2000), at_ms(2070))];
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)).rate_bps(6e6))
+        .link(
+            LinkSpec::new(ms(15))
+                .rate_bps(12e6)
+                .up_pause(pauses[0].0, pauses[0].1)
+                .up_pause(pauses[1].0, pauses[1].1),
+        )
+        .config(|c| c.default_policy = crate::PolicyKind::Aggregate)
+        .build();
+    // 9.6 Mb/s against 6 + 12: both links carry the flow.
+    let n = 3000;
+    let every = Duration::from_micros(1000);
+    pair.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(PORT, 1200),
+        n,
+        at_ms(100),
+        every,
+    );
+    pair.drive_until(at_ms(6000));
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&PORT].len(), n as usize);
+    let taken = |from: Instant, until: Instant| -> Vec<(Instant, usize)> {
+        pair.events(Side::Client)
+            .iter()
+            .filter_map(|(t, e)| match *e {
+                Event::Reinjected {
+                    link: LinkId(1),
+                    cause: ReinjectCause::Timer,
+                    packets,
+                    ..
+                } if *t >= from && *t < until => Some((*t, packets)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut held_taken = Vec::new();
+    for &(from, until) in &pauses {
+        let events = taken(from, until);
+        assert!(!events.is_empty(), "no expiry in the pause at {from:?}");
+        // What link 1 had in flight when its timer expired: sent from a one-way delay
+        // before the pause on (the link is suspect after, and carries no data).
+        let held = data_on(&pair, 1, from.saturating_sub(ms(15)), events[0].0);
+        let total: usize = events.iter().map(|e| e.1).sum();
+        held_taken.push((held, events.len(), total));
+    }
+    let (held, expiries, total) = held_taken[0];
+    assert_eq!(expiries, 1, "{held_taken:?}");
+    assert!(total >= held, "all at once: {held_taken:?}");
+    let (held, expiries, total) = held_taken[1];
+    assert!(expiries > 1, "one age at a time: {held_taken:?}");
+    assert!(
+        total < held,
+        "the pause ended before the last ones aged: {held_taken:?}"
+    );
+    assert!(pair.client.last_spurious(1).is_some());
+}
+
 /// A link's loss rate follows what it loses while it works and returns to zero once it
 /// stops losing (issue 5's third point: the aggregate policy weighs it, so a link's share
 /// of a backlog returns with it). Link 1 drops every fifth data datagram for the first
