@@ -1265,7 +1265,10 @@ impl Endpoint {
                 l.suspect_since = now;
                 l.ping_due = Some(now);
             }
-            LinkState::Down => l.stats.went_down += 1,
+            LinkState::Down => {
+                l.rej_aging = None;
+                l.stats.went_down += 1;
+            }
             LinkState::Up => {
                 l.rej_aging = None;
                 if from == LinkState::Suspect {
@@ -1301,7 +1304,7 @@ impl Endpoint {
             }
             // What the timer's last expiry left behind, as it ages, while the link stays
             // suspect (4.4).
-            if let Some((wait, before)) = l.rej_aging.filter(|_| l.state == LinkState::Suspect) {
+            if let Some((wait, before)) = l.rej_aging {
                 match l.aging_deadline() {
                     None => l.rej_aging = None,
                     Some(t) if t <= now => {

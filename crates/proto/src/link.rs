@@ -813,7 +813,7 @@ pub(crate) struct Link {
     /// After the reinjection timer expired on a link that lately paused: how long after
     /// its departure a packet's acknowledgement was then awaited, and when it expired.
     /// The packets in flight then that were not taken at once are taken as they reach
-    /// that age, whether the link is back up or not.
+    /// that age while the link stays suspect; cleared when it comes back up.
     pub(crate) rej_aging: Option<(Duration, Instant)>,
     /// Packet numbers of the latest probes given up by `expire_in_flight`, at most
     /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
@@ -1639,10 +1639,13 @@ impl Link {
             .is_some_and(|t| now.saturating_duration_since(t) <= SPURIOUS_MEMORY)
     }
 
-    /// When the oldest of the packets left behind at the last expiry of the reinjection
-    /// timer ([`Self::rej_aging`]) reaches the age at which it expired; `None` when none
-    /// is left.
+    /// While the link is suspect: when the oldest of the packets left behind at the last
+    /// expiry of the reinjection timer ([`Self::rej_aging`]) reaches the age at which it
+    /// expired; `None` when none is left.
     pub(crate) fn aging_deadline(&self) -> Option<Instant> {
+        if self.state != LinkState::Suspect {
+            return None;
+        }
         let (wait, before) = self.rej_aging?;
         let oldest = self
             .sent
@@ -1731,7 +1734,7 @@ impl Link {
     /// not on the path, and its acknowledgement cannot be late); for one still waiting
     /// there, its handoff to the driver, so that an interface that stops sending times
     /// out as the path would. The earlier of the two kinds' oldest.
-    pub(crate) fn oldest_unacked_left(&self) -> Option<Instant> {
+    fn oldest_unacked_left(&self) -> Option<Instant> {
         let oldest = self.oldest_eliciting().map(|p| p.left);
         // The packets below the binding point are the newest, a few at most; one
         // handed over before the oldest's departure may still be waiting.
