@@ -1588,20 +1588,7 @@ impl Link {
     /// marked with the packet's global sequence so that a late acknowledgement can cancel
     /// or count the reinjection.
     pub(crate) fn take_unacked_data(&mut self, out: &mut Vec<SentData>) -> usize {
-        let mut n = 0;
-        for d in self
-            .sent
-            .iter_mut()
-            .flatten()
-            .filter_map(|p| p.data.as_mut())
-        {
-            if !d.taken {
-                out.push(d.take());
-                n += 1;
-            }
-        }
-        self.stats.reinjected += n as u64;
-        n
+        self.take_unacked_where(out, |_, _| true)
     }
 
     /// Takes, as [`Self::take_unacked_data`], the inner packets of the unacknowledged
@@ -1615,15 +1602,23 @@ impl Link {
         before: Instant,
         out: &mut Vec<SentData>,
     ) -> usize {
+        self.take_unacked_where(out, |left, d| {
+            left <= before
+                && (left <= left_by || !d.spread || d.payload.len() <= crate::fq::SMALL_BACKLOG)
+        })
+    }
+
+    /// Takes the inner packets not taken yet of the unacknowledged datagrams for which
+    /// `which(departure, packet)` holds (see [`Self::take_unacked_data`]).
+    fn take_unacked_where(
+        &mut self,
+        out: &mut Vec<SentData>,
+        which: impl Fn(Instant, &SentData) -> bool,
+    ) -> usize {
         let mut n = 0;
         for p in self.sent.iter_mut().flatten() {
-            if p.left > before {
-                continue;
-            }
-            let due = p.left <= left_by;
-            if let Some(d) = p.data.as_mut().filter(|d| {
-                !d.taken && (due || !d.spread || d.payload.len() <= crate::fq::SMALL_BACKLOG)
-            }) {
+            let left = p.left;
+            if let Some(d) = p.data.as_mut().filter(|d| !d.taken && which(left, d)) {
                 out.push(d.take());
                 n += 1;
             }
@@ -1718,8 +1713,8 @@ impl Link {
         // failure of such a link is found that much later: at most `reinject_max_age`
         // later, the age at which a reinjection is given up anyway.
         let wait = at.saturating_duration_since(oldest);
-        let at = match (self.last_spurious, &self.cc) {
-            (Some(t), Some(c)) if oldest - t <= SPURIOUS_MEMORY => {
+        let at = match &self.cc {
+            Some(c) if self.paused_lately(oldest) => {
                 let pause = c.recent_pause().min(config.reinject_max_age);
                 at.max(oldest + r.min + pause + mad)
             }
