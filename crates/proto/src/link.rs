@@ -813,7 +813,8 @@ pub(crate) struct Link {
     /// After the reinjection timer expired on a link that lately paused: how long after
     /// its departure a packet's acknowledgement was then awaited, and when it expired.
     /// The packets in flight then that were not taken at once are taken as they reach
-    /// that age while the link stays suspect; cleared when it comes back up.
+    /// that age while the link stays suspect; cleared when it comes back up. (A suspect
+    /// link may still be sent data when no link is up: those packets are not of it.)
     pub(crate) rej_aging: Option<(Duration, Instant)>,
     /// Packet numbers of the latest probes given up by `expire_in_flight`, at most
     /// [`EXPIRED_MEMORY`], and the factor of their expiry age (`expiry_ages`).
@@ -1697,22 +1698,23 @@ impl Link {
         // ordinary jitter and would make every few seconds of a jittery path a
         // spurious reinjection.
         let var = r.rttvar * 4;
-        let at = match config.reinjection {
-            ReinjectTimer::SrttRttvarDelta => oldest + r.srtt + var + mad,
-            ReinjectTimer::SrttRttvar => armed + r.srtt + var + mad,
-            ReinjectTimer::MinRttRttvar => armed + r.min + var + mad,
-            ReinjectTimer::Off => {
-                let at = armed + self.suspect_timeout(mad, config.suspect_min);
-                return Some((at, at.saturating_duration_since(oldest)));
-            }
+        // From when, and how long, an acknowledgement is awaited.
+        let (from, wait) = match config.reinjection {
+            ReinjectTimer::SrttRttvarDelta => (oldest, r.srtt + var + mad),
+            ReinjectTimer::SrttRttvar => (armed, r.srtt + var + mad),
+            ReinjectTimer::MinRttRttvar => (armed, r.min + var + mad),
+            ReinjectTimer::Off => (armed, self.suspect_timeout(mad, config.suspect_min)),
         };
+        let at = from + wait;
+        if config.reinjection == ReinjectTimer::Off {
+            return Some((at, wait));
+        }
         // A link whose timer lately expired in a pause (what it had in flight was
         // acknowledged after all) waits out pauses as long as its recent ones: on a
         // cellular link each one otherwise moved its window onto the other links as
         // duplicates (a tenth of the aggregate's capacity on aggregate-3), and a real
         // failure of such a link is found that much later: at most `reinject_max_age`
         // later, the age at which a reinjection is given up anyway.
-        let wait = at.saturating_duration_since(oldest);
         let at = match &self.cc {
             Some(c) if self.paused_lately(oldest) => {
                 let pause = c.recent_pause().min(config.reinject_max_age);
