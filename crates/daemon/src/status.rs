@@ -214,6 +214,9 @@ pub struct EngineCounters {
     pub reinjections_sent: u64,
     /// Reinjections cancelled: the original was acknowledged before they went.
     pub reinjections_cancelled: u64,
+    /// Reinjections given back to their link before they went: it answered again.
+    #[serde(default)]
+    pub reinjections_returned: u64,
     /// Reinjections sent although the original arrived too.
     pub reinjections_spurious: u64,
     /// Reinjections given up: no other link could take them in time.
@@ -475,6 +478,7 @@ impl SessionStatus {
                 reinjected_idle: st.reinjected_idle,
                 reinjections_sent: st.reinjections_sent,
                 reinjections_cancelled: st.reinjections_cancelled,
+                reinjections_returned: st.reinjections_returned,
                 reinjections_spurious: st.reinjections_spurious,
                 reinjections_expired: st.reinjections_expired,
             },
@@ -615,13 +619,14 @@ impl Status {
             );
             let _ = writeln!(
                 s,
-                "  reinjections: timer {} link-down {} lost {} late {} sent {} cancelled {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
+                "  reinjections: timer {} link-down {} lost {} late {} sent {} cancelled {} given back {} spurious {} expired {} waiting {}  (longest after last ack {:.1} ms)",
                 e.reinjected_timer,
                 e.reinjected_link_down,
                 e.reinjected_lost,
                 e.reinjected_idle,
                 e.reinjections_sent,
                 e.reinjections_cancelled,
+                e.reinjections_returned,
                 e.reinjections_spurious,
                 e.reinjections_expired,
                 ses.reinject_pending,

@@ -386,6 +386,7 @@ pub fn engine_report(
         reinjected_lost: sum(&|s| s.engine.reinjected_lost),
         reinjected_idle: sum(&|s| s.engine.reinjected_idle),
         reinjections_cancelled: sum(&|s| s.engine.reinjections_cancelled),
+        reinjections_returned: sum(&|s| s.engine.reinjections_returned),
         reinjections_expired: sum(&|s| s.engine.reinjections_expired),
         suspected: sum(&|s| s.links.iter().map(|l| l.suspected).sum()),
         longest_suspect_ms: [client, server]

@@ -285,6 +285,9 @@ pub struct EndpointStats {
     pub reinjections_cancelled: u64,
     /// Reinjections sent although the original arrived too (acknowledged later).
     pub reinjections_spurious: u64,
+    /// Reinjections given back to their link before they were sent: the link answered
+    /// again after its timer expired, and the packet was still on its way there.
+    pub reinjections_returned: u64,
     /// Reinjections given up: no other link could take them within `reinject_max_age`.
     pub reinjections_expired: u64,
     /// Longest time from a link's last acknowledgement to its reinjection.
@@ -1656,6 +1659,47 @@ impl Endpoint {
         }
     }
 
+    /// Gives the reinjections at the head of the queue back to their link while it has
+    /// answered since they were taken (`Link::give_back`): a link whose timer expired in
+    /// a pause delivers what it holds once the pause ends, and a copy sent then would go
+    /// twice. Only those its timer took and not yet sent (not the packets declared lost,
+    /// nor those late ones sent into idle capacity), and only of flows whose losses are
+    /// sent again ([`SentData::recover`]): the link may still lose one at its
+    /// bottleneck, and then its loss detection sends it again; a call's packet would be
+    /// lost for good.
+    fn give_back_answered(&mut self) {
+        while let Some(front) = self.reinject.front() {
+            let gseq = front.data.global_seq;
+            let sent_on = front.data.sent_on;
+            let queued_by_timer = matches!(
+                self.reinject_state.get(&gseq),
+                Some(Resend {
+                    sent: false,
+                    idle: false
+                })
+            );
+            let link_up = self
+                .links
+                .iter()
+                .any(|l| l.state == LinkState::Up && sent_on & link_bit(l.id) != 0);
+            if !(front.data.recover && queued_by_timer && link_up) {
+                return;
+            }
+            let mut p = self.reinject.pop_front().expect("checked");
+            let back = self
+                .links
+                .iter_mut()
+                .filter(|l| sent_on & link_bit(l.id) != 0)
+                .any(|l| l.give_back(&mut p.data));
+            if !back {
+                self.reinject.push_front(p);
+                return;
+            }
+            self.reinject_state.remove(&gseq);
+            self.stats.reinjections_returned += 1;
+        }
+    }
+
     /// Gives up reinjections that no link could take within `reinject_max_age`.
     fn expire_reinjections(&mut self, now: Instant) {
         let max_age = self.config.reinject_max_age;
@@ -1716,6 +1760,7 @@ impl Endpoint {
         let queue = match which {
             Again::Reinject => {
                 self.expire_reinjections(now);
+                self.give_back_answered();
                 &self.reinject
             }
             Again::Copy => {

@@ -1628,6 +1628,36 @@ impl Link {
         n
     }
 
+    /// Gives a packet taken for reinjection, and not sent again yet, back to this link
+    /// (its payload back in its record, no longer taken) if the link has answered since
+    /// it went: it is up, the record is of its current path and after the largest packet
+    /// acknowledged. Its acknowledgements then come in the order it sent, and that packet
+    /// is still on its way; a packet before it that is still unacknowledged was lost, and
+    /// is left taken. Returns whether it was given back (else `data` keeps its payload).
+    pub(crate) fn give_back(&mut self, data: &mut SentData) -> bool {
+        let Some(largest) = self.largest_acked.filter(|_| self.state == LinkState::Up) else {
+            return false;
+        };
+        let skip = usize::try_from(largest.saturating_add(1).saturating_sub(self.sent_base))
+            .unwrap_or(usize::MAX);
+        let since = self.path_since;
+        let record = self
+            .sent
+            .iter_mut()
+            .skip(skip)
+            .flatten()
+            .filter(|p| p.time >= since)
+            .find_map(|p| {
+                p.data
+                    .as_mut()
+                    .filter(|d| d.taken && d.global_seq == data.global_seq)
+            });
+        let Some(d) = record else { return false };
+        d.payload = std::mem::take(&mut data.payload);
+        d.taken = false;
+        true
+    }
+
     /// The link's reinjection timer lately expired in a pause (what it had in flight was
     /// acknowledged after all, within [`SPURIOUS_MEMORY`]).
     pub(crate) fn paused_lately(&self, now: Instant) -> bool {

@@ -266,6 +266,10 @@ pub struct EngineReport {
     pub reinjected_idle: u64,
     /// Reinjections cancelled before they went (the original was acknowledged).
     pub reinjections_cancelled: u64,
+    /// Reinjections given back to their link before they went (it answered again, and
+    /// the packet was still on its way there).
+    #[serde(default)]
+    pub reinjections_returned: u64,
     /// Reinjections given up (no other link could take them in time).
     pub reinjections_expired: u64,
     /// Longest time from a link's last acknowledgement to its reinjection, ms.
@@ -462,6 +466,7 @@ impl Report {
                 reinjected_lost: cs.reinjected_lost + ss.reinjected_lost,
                 reinjected_idle: cs.reinjected_idle + ss.reinjected_idle,
                 reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
+                reinjections_returned: cs.reinjections_returned + ss.reinjections_returned,
                 reinjections_expired: cs.reinjections_expired + ss.reinjections_expired,
                 suspected: [c, s]
                     .iter()
@@ -666,13 +671,15 @@ impl Report {
         if let Some(e) = &self.engine {
             let _ = writeln!(
                 s,
-                "reinjected {} (timer {}, link down {}, cancelled {}, expired {}), spurious {}, \
+                "reinjected {} (timer {}, link down {}, cancelled {}, given back {}, expired {}), \
+                 spurious {}, \
                  lost and sent again {}, late and sent again on an idle link {}; \
                  suspected {} times, longest {:.1} ms",
                 self.totals.reinjected,
                 e.reinjected_timer,
                 e.reinjected_link_down,
                 e.reinjections_cancelled,
+                e.reinjections_returned,
                 e.reinjections_expired,
                 self.totals.spurious_reinjections,
                 e.reinjected_lost,

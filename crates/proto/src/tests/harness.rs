@@ -85,6 +85,9 @@ pub(crate) struct LinkSpec {
     /// Pauses of the uplink, as a cellular scheduler's: a client datagram due at the
     /// server within one arrives at its end (in order).
     pub(crate) up_pauses: Vec<(Instant, Instant)>,
+    /// With a pause: what it held leaves its end one datagram per this time (a
+    /// bottleneck in the network that drains at its rate), not all at once.
+    pub(crate) up_drain: Option<Duration>,
 }
 
 impl LinkSpec {
@@ -96,6 +99,7 @@ impl LinkSpec {
             rate: None,
             config: LinkConfig::default(),
             up_pauses: Vec::new(),
+            up_drain: None,
         }
     }
 
@@ -103,6 +107,13 @@ impl LinkSpec {
     /// `until`.
     pub(crate) fn up_pause(mut self, from: Instant, until: Instant) -> Self {
         self.up_pauses.push((from, until));
+        self
+    }
+
+    /// The uplink's pauses hold what comes in them at a bottleneck that then drains one
+    /// datagram per `per_datagram`.
+    pub(crate) fn up_drain(mut self, per_datagram: Duration) -> Self {
+        self.up_drain = Some(per_datagram);
         self
     }
 
@@ -358,6 +369,8 @@ struct VLink {
     queue: VecDeque<Pending>,
     sent: [u64; 2],
     data_sent: [u64; 2],
+    /// When the uplink's bottleneck behind a pause has drained ([`LinkSpec::up_drain`]).
+    up_free_at: Instant,
 }
 
 /// Builds a [`Pair`].
@@ -430,6 +443,7 @@ impl PairBuilder {
                     queue: VecDeque::new(),
                     sent: [0; 2],
                     data_sent: [0; 2],
+                    up_free_at: now,
                 })
                 .collect(),
             wire: BinaryHeap::new(),
@@ -841,9 +855,16 @@ impl Pair {
         }
         let mut at = now + delay;
         if from == Side::Client {
-            let l = &self.links[usize::from(link.0)];
-            if let Some(&(_, until)) = l.spec.up_pauses.iter().find(|&&(a, b)| at >= a && at < b) {
+            let l = &mut self.links[usize::from(link.0)];
+            let paused = l.spec.up_pauses.iter().find(|&&(a, b)| at >= a && at < b);
+            if let Some(&(_, until)) = paused {
                 at = until;
+            }
+            if let Some(per) = l.spec.up_drain
+                && (paused.is_some() || at < l.up_free_at)
+            {
+                at = at.max(l.up_free_at);
+                l.up_free_at = at + per;
             }
         }
         let order = self.next_order();

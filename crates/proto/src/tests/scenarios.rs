@@ -1242,6 +1242,55 @@ fn after_a_pause_a_links_packets_are_taken_for_reinjection_as_they_age() {
     assert!(pair.client.last_spurious(1).is_some());
 }
 
+/// A link's timer expires in a pause (its first: everything it has in flight is taken at
+/// once); the other link is slow, so the copies queue for it. When the pause ends and the
+/// link's acknowledgements come again, the copies not sent yet of the packets after the
+/// one acknowledged are given back to it instead of going twice: those it delivers.
+#[test]
+fn copies_not_sent_yet_go_back_to_a_link_that_answers_again() {
+    const PORT: u16 = 9407;
+    let (pause, end) = (at_ms(1000), at_ms(1060));
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)).rate_bps(3e6))
+        .link(
+            LinkSpec::new(ms(15))
+                .rate_bps(12e6)
+                .up_pause(pause, end)
+                .up_drain(Duration::from_micros(2000)),
+        )
+        .config(|c| c.default_policy = crate::PolicyKind::Aggregate)
+        .build();
+    // 9.6 Mb/s against 3 + 12: both links carry the flow.
+    let n = 2000;
+    pair.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(PORT, 1200),
+        n,
+        at_ms(100),
+        Duration::from_millis(1),
+    );
+    pair.drive_until(at_ms(4000));
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&PORT].len(), n as usize);
+    let (c, s) = (pair.client.stats(), pair.server.stats());
+    let accounted = c.reinjections_sent
+        + c.reinjections_returned
+        + c.reinjections_cancelled
+        + c.reinjections_expired;
+    assert_eq!(c.reinjected_timer, accounted, "{c:?}");
+    assert!(
+        c.reinjected_timer >= 20 && c.reinjections_returned * 2 >= c.reinjected_timer,
+        "at least half of what the timer took went back to its link: {c:?}"
+    );
+    // Every copy that went arrived twice; none that went back did.
+    assert!(
+        s.duplicate_data <= c.reinjections_sent,
+        "duplicates {} of {} copies sent",
+        s.duplicate_data,
+        c.reinjections_sent
+    );
+}
+
 /// A link's loss rate follows what it loses while it works and returns to zero once it
 /// stops losing (issue 5's third point: the aggregate policy weighs it, so a link's share
 /// of a backlog returns with it). Link 1 drops every fifth data datagram for the first
