@@ -286,7 +286,8 @@ pub struct EndpointStats {
     /// Reinjections sent although the original arrived too (acknowledged later).
     pub reinjections_spurious: u64,
     /// Reinjections given back to their link before they were sent: the link answered
-    /// again after its timer expired, and the packet was still on its way there.
+    /// again after its timer expired, and the packet was most likely still on its way
+    /// there.
     pub reinjections_returned: u64,
     /// Reinjections given up: no other link could take them within `reinject_max_age`.
     pub reinjections_expired: u64,

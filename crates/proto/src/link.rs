@@ -1632,8 +1632,9 @@ impl Link {
     /// (its payload back in its record, no longer taken) if the link has answered since
     /// it went: it is up, the record is of its current path and after the largest packet
     /// acknowledged. Its acknowledgements then come in the order it sent, and that packet
-    /// is still on its way; a packet before it that is still unacknowledged was lost, and
-    /// is left taken. Returns whether it was given back (else `data` keeps its payload).
+    /// is most likely still on its way; a packet before it that is still unacknowledged
+    /// was most likely lost, and is left taken. Returns whether it was given back (else
+    /// `data` keeps its payload).
     pub(crate) fn give_back(&mut self, data: &mut SentData) -> bool {
         let Some(largest) = self.largest_acked.filter(|_| self.state == LinkState::Up) else {
             return false;
