@@ -2047,6 +2047,52 @@ mod tests {
     }
 
     #[test]
+    fn only_a_packet_after_the_largest_acknowledged_goes_back_to_a_link_up() {
+        let mut l = link();
+        let data = |g: u64| SentData {
+            payload: vec![g as u8; 100],
+            global_seq: g,
+            flow: FlowId(1),
+            flow_seq: g,
+            sent_on: link_bit(LinkId(0)),
+            taken: false,
+            recover: true,
+            spread: true,
+            form: crate::compact::TxForm::Full,
+        };
+        for g in 0..4 {
+            l.on_sent(t(g), 1200, true, Some(data(g)));
+        }
+        let mut taken = Vec::new();
+        assert_eq!(l.take_unacked_data(&mut taken), 4);
+        // Suspect: not given back.
+        l.state = LinkState::Suspect;
+        assert!(!l.give_back(&mut taken[3]));
+        // Back up with packet 1 acknowledged: 0 went before it and is still
+        // unacknowledged (lost); 2 and 3 are still on their way.
+        l.state = LinkState::Up;
+        l.on_ack(
+            t(60),
+            1,
+            Duration::ZERO,
+            [1..=1].into_iter(),
+            true,
+            &mut Vec::new(),
+        );
+        assert!(!l.give_back(&mut taken[0]));
+        assert_eq!(taken[0].payload, vec![0; 100], "kept for its copy");
+        assert!(l.give_back(&mut taken[3]));
+        assert!(taken[3].payload.is_empty());
+        // Once given back, it is the link's again: a later expiry takes it again.
+        let mut again = Vec::new();
+        assert_eq!(l.take_unacked_data(&mut again), 1);
+        assert_eq!((again[0].global_seq, again[0].payload.len()), (3, 100));
+        // A packet of the path before the link came back from down is not given back.
+        l.reset_path(t(70), Duration::from_millis(100));
+        assert!(!l.give_back(&mut taken[2]));
+    }
+
+    #[test]
     fn the_reinjection_timer_counts_from_a_packets_departure() {
         let config = crate::config::Config::default();
         let ms = Duration::from_millis;
