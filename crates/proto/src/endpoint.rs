@@ -1672,18 +1672,12 @@ impl Endpoint {
         while let Some(front) = self.reinject.front() {
             let gseq = front.data.global_seq;
             let sent_on = front.data.sent_on;
+            // Queued by a timer or a link going down (cancellable), not into idle capacity.
             let queued_by_timer = matches!(
                 self.reinject_state.get(&gseq),
-                Some(Resend {
-                    sent: false,
-                    idle: false
-                })
+                Some(Resend { idle: false, .. })
             );
-            let link_up = self
-                .links
-                .iter()
-                .any(|l| l.state == LinkState::Up && sent_on & link_bit(l.id) != 0);
-            if !(front.data.recover && queued_by_timer && link_up) {
+            if !(front.data.recover && queued_by_timer) {
                 return;
             }
             let mut p = self.reinject.pop_front().expect("checked");
