@@ -8,8 +8,9 @@ with and without a setting.
       trace's mean capacity over the 30 s (mean over the delays, then each), the probe's
       p50 and p95 (means), and each run's share of time in competitive mode.
   scripts/delay-sweep.py two [--set K=V ...]      bufferbloat-2links.toml: 10 Mb/s beside
-      the trace (download), its delay 15, 30 and 45 ms. Goodput in % of the links' sum,
-      the probe's p95.
+      the trace (download; an upload with --set 'flows.0.direction="up"'), its delay 15,
+      30 and 45 ms. Goodput in % of the links' sum in the flow's direction, the probe's
+      p95.
   scripts/delay-sweep.py three [--set K=V ...]    aggregate-3.toml: 10 and 5 Mb/s beside the
       trace (upload), its delay 10-50 ms. Goodput in % of the links' sum (mean, least).
 
@@ -118,8 +119,10 @@ def single(extra):
 
 
 def two(extra):
+    # The download's direction, or the upload's with `--set 'flows.0.direction="up"'`.
+    way = "up" if 'flows.0.direction="up"' in extra else "down"
     for name in NAMES:
-        cap = 10 + capacity(os.path.join(TRACES, f"{name}.down"))
+        cap = 10 + capacity(os.path.join(TRACES, f"{name}.{way}"))
 
         def run(delay):
             j = sim("bufferbloat-2links.toml", trace_sets(1, name) + [f"links.1.delay_ms={delay}"] + extra)

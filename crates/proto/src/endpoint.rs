@@ -591,7 +591,7 @@ impl Endpoint {
         self.codel_interval
     }
 
-    fn refresh_codel_interval(&mut self) {
+    fn refresh_codel_interval(&mut self, now: Instant) {
         let max_srtt = self
             .links
             .iter()
@@ -604,25 +604,41 @@ impl Endpoint {
             .codel_interval
             .max(max_srtt.mul_f64(self.config.codel_rtt_factor));
         self.queues.set_interval(self.codel_interval);
-        // One-way delay spread of the links that are up (RTT/2 as one-way delay), and
-        // their longest recent pause (a cellular scheduler's).
-        let up = || {
-            self.links
-                .iter()
-                .filter(|l| l.state == LinkState::Up && l.rtt.has_sample && !l.config.backup)
+        // One-way delay spread of the links that are up or suspect (RTT/2 as one-way
+        // delay), and their longest recent pause (a cellular scheduler's). A suspect link
+        // is in a pause: the time since its last acknowledgement counts as one, so that
+        // while it lasts the flows it carried do not meet drops for the queue it leaves
+        // to the other links. The receiver waits that long for the packets it holds
+        // (`docs/RESULTS.md` 10.3).
+        let in_play = || {
+            self.links.iter().filter(|l| {
+                matches!(l.state, LinkState::Up | LinkState::Suspect)
+                    && l.rtt.has_sample
+                    && !l.config.backup
+            })
         };
         // A link whose packets lag the fastest path's by more than the receiver waits
         // for a gap (`reorder_hold_max`) is left out: what it delivers that late is given
         // up, and a flow's backlog kept long enough to justify it would only send it
-        // packets that come too late (a link with pauses of seconds).
-        let lo = up().map(|l| l.rtt.min).min().unwrap_or_default();
+        // packets that come too late (a link with pauses of seconds). The fastest path is
+        // a link up's, if one is.
+        let least = |up: bool| {
+            in_play()
+                .filter(|l| !up || l.state == LinkState::Up)
+                .map(|l| l.rtt.min)
+                .min()
+        };
+        let lo = least(true).or_else(|| least(false)).unwrap_or_default();
         // A link's lag behind the fastest path, and its recent pause.
         let lag_pause = |l: &Link| {
-            let paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
+            let mut paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();
+            if l.state == LinkState::Suspect {
+                paused = paused.max(now - l.last_ack_time);
+            }
             (l.rtt.srtt.saturating_sub(lo) / 2, paused)
         };
         let (mut spread, mut pause, mut sharing) = (Duration::ZERO, Duration::ZERO, 0);
-        for l in up() {
+        for l in in_play() {
             let (lag, paused) = lag_pause(l);
             if lag + paused <= self.config.reorder_hold_max {
                 spread = spread.max(lag);
@@ -846,7 +862,7 @@ impl Endpoint {
         if l.state != LinkState::Down {
             l.ping_due = Some(now);
         }
-        self.refresh_codel_interval();
+        self.refresh_codel_interval(now);
     }
 
     /// The driver reports that the oldest datagram it was given for `link` has left (the
@@ -978,7 +994,7 @@ impl Endpoint {
                     self.links[i].last_spurious = Some(now);
                 }
                 if out.newly_acked > 0 {
-                    self.refresh_codel_interval();
+                    self.refresh_codel_interval(now);
                 }
                 if out.newly_acked > 0 && self.links[i].state == LinkState::Suspect {
                     self.links[i].state = LinkState::Up;

@@ -1291,6 +1291,51 @@ fn copies_not_sent_yet_go_back_to_a_link_that_answers_again() {
     );
 }
 
+/// A link that pauses long enough to be suspect leaves the flows it carried to the other
+/// links, and their backlog waits above the binding point until it answers again. While
+/// it is suspect, the time since its last acknowledgement counts as its pause in an
+/// aggregate flow's CoDel target, as a pause that has ended does (`docs/RESULTS.md` 10.3):
+/// the queue it leaves is not the flow's own, and a drop for it would cut a TCP sender's
+/// window for a capacity that comes back. Link 1 pauses for 300 ms; a 9.6 Mb/s stream
+/// waits meanwhile beside a 4 Mb/s link 0, and loses nothing to CoDel. Before, the flow's
+/// target had only the links up, and the stream met drops from 100 ms into the pause.
+#[test]
+fn a_suspect_links_pause_so_far_counts_in_an_aggregate_flows_target() {
+    const PORT: u16 = 9411;
+    let (pause, end) = (at_ms(1000), at_ms(1200));
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)).rate_bps(4e6))
+        .link(
+            LinkSpec::new(ms(15))
+                .rate_bps(8e6)
+                .up_pause(pause, end)
+                .up_drain(Duration::from_micros(1200)),
+        )
+        .config(|c| c.default_policy = crate::PolicyKind::Aggregate)
+        .build();
+    let n = 3000;
+    pair.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(PORT, 1200),
+        n,
+        at_ms(100),
+        Duration::from_micros(1200),
+    );
+    let mut suspect = false;
+    let mut t = 900;
+    while t < 1300 {
+        t += 10;
+        pair.drive_until(at_ms(t));
+        suspect |= pair.view(Side::Client, 1).state == LinkState::Suspect;
+    }
+    assert!(suspect, "link 1 was never suspect in its pause");
+    pair.drive_until(at_ms(6000));
+    let q = pair.client.stats().queues;
+    assert_eq!(q.aqm_dropped, 0, "{q:?}");
+    let got = check_once_in_order(&pair.delivered_inner(Side::Server));
+    assert_eq!(got[&PORT].len(), n as usize);
+}
+
 /// A link's loss rate follows what it loses while it works and returns to zero once it
 /// stops losing (issue 5's third point: the aggregate policy weighs it, so a link's share
 /// of a backlog returns with it). Link 1 drops every fifth data datagram for the first
