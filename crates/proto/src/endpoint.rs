@@ -608,7 +608,7 @@ impl Endpoint {
         // delay), and their longest recent pause (a cellular scheduler's). A suspect link
         // is in a pause: the time since its last acknowledgement counts as one, so that
         // while it lasts the flows it carried do not meet drops for the queue it leaves
-        // to the other links. The receiver waits that long for the packets it holds
+        // to the other links, under the same limit as the others' pauses (below)
         // (`docs/RESULTS.md` 10.3).
         let in_play = || {
             self.links.iter().filter(|l| {
@@ -622,13 +622,12 @@ impl Endpoint {
         // up, and a flow's backlog kept long enough to justify it would only send it
         // packets that come too late (a link with pauses of seconds). The fastest path is
         // a link up's, if one is.
-        let least = |up: bool| {
-            in_play()
-                .filter(|l| !up || l.state == LinkState::Up)
-                .map(|l| l.rtt.min)
-                .min()
-        };
-        let lo = least(true).or_else(|| least(false)).unwrap_or_default();
+        let lo = in_play()
+            .filter(|l| l.state == LinkState::Up)
+            .map(|l| l.rtt.min)
+            .min()
+            .or_else(|| in_play().map(|l| l.rtt.min).min())
+            .unwrap_or_default();
         // A link's lag behind the fastest path, and its recent pause.
         let lag_pause = |l: &Link| {
             let mut paused = l.cc.as_ref().map(|c| c.recent_pause()).unwrap_or_default();

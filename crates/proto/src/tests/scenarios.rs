@@ -1296,9 +1296,10 @@ fn copies_not_sent_yet_go_back_to_a_link_that_answers_again() {
 /// it is suspect, the time since its last acknowledgement counts as its pause in an
 /// aggregate flow's CoDel target, as a pause that has ended does (`docs/RESULTS.md` 10.3):
 /// the queue it leaves is not the flow's own, and a drop for it would cut a TCP sender's
-/// window for a capacity that comes back. Link 1 pauses for 300 ms; a 9.6 Mb/s stream
+/// window for a capacity that comes back. Link 1 pauses for 200 ms; an 8 Mb/s stream
 /// waits meanwhile beside a 4 Mb/s link 0, and loses nothing to CoDel. Before, the flow's
-/// target had only the links up, and the stream met drops from 100 ms into the pause.
+/// target had only the links up, and the stream met two drops, the first 160 ms into the
+/// pause.
 #[test]
 fn a_suspect_links_pause_so_far_counts_in_an_aggregate_flows_target() {
     const PORT: u16 = 9411;
