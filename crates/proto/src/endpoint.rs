@@ -609,7 +609,9 @@ impl Endpoint {
         // is in a pause: the time since its last acknowledgement counts as one, so that
         // while it lasts the flows it carried do not meet drops for the queue it leaves
         // to the other links, under the same limit as the others' pauses (below)
-        // (`docs/RESULTS.md` 10.3).
+        // (`docs/RESULTS.md` 10.3). It grows as the other links' acknowledgements come,
+        // each of which refreshes this; with no link answering, nothing is sent for the
+        // queue to be dropped from anyway.
         let in_play = || {
             self.links.iter().filter(|l| {
                 matches!(l.state, LinkState::Up | LinkState::Suspect)

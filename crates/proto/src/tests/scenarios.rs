@@ -1323,9 +1323,7 @@ fn a_suspect_links_pause_so_far_counts_in_an_aggregate_flows_target() {
         Duration::from_micros(1200),
     );
     let mut suspect = false;
-    let mut t = 900;
-    while t < 1300 {
-        t += 10;
+    for t in (910..=1300).step_by(10) {
         pair.drive_until(at_ms(t));
         suspect |= pair.view(Side::Client, 1).state == LinkState::Suspect;
     }
