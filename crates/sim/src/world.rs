@@ -312,8 +312,16 @@ pub struct World {
     /// Per link: the client's datagrams bound ahead, waiting for their slot (the
     /// dispatch stage's sender thread), in slot order.
     ahead: Vec<VecDeque<(Duration, Vec<u8>)>>,
+    /// `LATEBIND_SIM_UNUSED` is set: each sample's unused capacity goes to stderr.
+    print_unused: bool,
 }
 
+/// `LATEBIND_SIM_UNUSED=1`: every sample of the unused capacity (10 ms) goes to stderr
+/// as `T unused link I DIR CAUSE BYTES`: the bytes link `I`'s direction `DIR` (`up` or
+/// `down`) left unused since the sample before, and what its sending engine was doing
+/// then (an [`UnusedCause`]), so that where in a run the report's `unused` table comes
+/// from can be read per second. A debugging aid: the report does not depend on it.
+///
 /// `LATEBIND_SIM_TRACE=MS`: every MS milliseconds of simulated time, both engines' link
 /// views (state, rate control's window, rate and queueing delay) go to stderr. A
 /// debugging aid: the report does not depend on it.
@@ -569,6 +577,7 @@ impl World {
             drain_until,
             horizon,
             ahead,
+            print_unused: std::env::var_os("LATEBIND_SIM_UNUSED").is_some(),
             links,
             flows,
             demux,
@@ -772,6 +781,14 @@ impl World {
                 let unused = dir.unused_bytes(t);
                 if let Some(cause) = u.cause {
                     u.by_cause[cause as usize] += unused - u.unused;
+                    if self.print_unused {
+                        let dir = ["up", "down"][side];
+                        let bytes = unused - u.unused;
+                        eprintln!(
+                            "{:.3} unused link {i} {dir} {cause:?} {bytes}",
+                            t.as_secs_f64()
+                        );
+                    }
                 }
                 u.unused = unused;
                 u.offered = unused + dir.stats().bytes_transmitted;
