@@ -323,8 +323,8 @@ pub struct World {
 /// from can be read per second. A debugging aid: the report does not depend on it.
 ///
 /// `LATEBIND_SIM_TRACE=MS`: every MS milliseconds of simulated time, both engines' link
-/// views (state, rate control's window, rate and queueing delay) go to stderr. A
-/// debugging aid: the report does not depend on it.
+/// views (state, rate control's window, rate and queueing delay, the largest RTT sample
+/// of the last 2 s) go to stderr. A debugging aid: the report does not depend on it.
 fn trace_every() -> Option<u128> {
     std::env::var("LATEBIND_SIM_TRACE")
         .ok()
@@ -634,7 +634,7 @@ impl World {
                                 "{:.3} {n} link {} {:?} cwnd {} rate {:.2} Mb/s queue {:?} \
                                  competitive {} in flight {} srtt {:?} min {:?} tx {:.2} Mb/s \
                                  below {} loss {:.3} back {:?} capacity {:.2} Mb/s \
-                                 searching {}",
+                                 searching {} recent max RTT {:?}",
                                 t.as_secs_f64(),
                                 v.id.0,
                                 v.state,
@@ -650,7 +650,8 @@ impl World {
                                 v.loss_rate,
                                 v.return_delay,
                                 v.capacity * 8e-6,
-                                v.searching
+                                v.searching,
+                                v.recent_max_rtt
                             );
                         }
                     }
