@@ -524,6 +524,16 @@ impl Controller {
         }
     }
 
+    /// The least one-way delay of the link's direction of the last 10 s, nanoseconds up to
+    /// the clocks' offset (a datagram sent at `t` on this end's clock arrives, without a
+    /// queue, at `t` plus this on the peer's), if one-way samples came.
+    pub(crate) fn owd_floor_ns(&self) -> Option<i128> {
+        (self.has_owd && !self.owd_min.empty)
+            .then(|| i128::try_from(self.owd_min.get().as_nanos()).ok())
+            .flatten()
+            .map(|v| v - OWD_BIAS)
+    }
+
     /// How long the way back holds the acknowledgements beyond its minimum (standing, so
     /// over half an RTT): zero without samples.
     pub(crate) fn return_delay(&self) -> Duration {

@@ -894,11 +894,15 @@ impl Endpoint {
         // Validate every frame before acting on any (a malformed datagram changes nothing).
         let mut eliciting = false;
         let mut ping = false;
+        let mut probe = None;
         for frame in frames.clone() {
             match frame {
                 Ok(f) => {
                     eliciting |= f.is_ack_eliciting();
-                    ping |= matches!(f, wire::Frame::Ping);
+                    ping |= matches!(f, wire::Frame::Ping | wire::Frame::Probe { .. });
+                    if let wire::Frame::Probe { unacked, due_us } = f {
+                        probe = Some((unacked, due_us));
+                    }
                 }
                 Err(_) => {
                     self.stats.malformed += 1;
@@ -940,6 +944,40 @@ impl Endpoint {
                 at_once,
             );
         }
+        if let Some((unacked, due_us)) = probe
+            && self.ack_detour(li).is_some()
+        {
+            // The peer has heard nothing back on this link for its suspect timeout. If
+            // this end reported what it has not heard of long enough before the probe
+            // left (more than this link's RTT as this end knows it, and whatever held the
+            // probe on its way: how late it came against `due_us`, the peer's least
+            // one-way delay), this end's direction of the link pauses (a cellular
+            // uplink's scheduler) or has failed while the peer's delivers: this end's
+            // acknowledgements of the link go on another link until what it sends on the
+            // link from now on (a PING now, or a suspect link's next probe) is answered
+            // (`poll_control`, `docs/protocol.md` 3.12). A probe that waited out a pause
+            // or a queue of the peer's own direction, behind what the peer sent before
+            // it, is not taken for that: this end acknowledged that just now.
+            let now_us = now.as_nanos() / 1000;
+            let late = if due_us == 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_micros(now_us.saturating_sub(due_us))
+            };
+            let l = &mut self.links[li];
+            let due = l.rtt.srtt + l.rtt.rttvar * 2 + late;
+            if l.acks_around.is_none()
+                && l.rx.first_reported(unacked).is_some_and(|t| now - t > due)
+            {
+                l.acks_around = Some(now);
+                if l.state == LinkState::Up {
+                    // Something to be answered (a suspect link's own probes are, and
+                    // one more would only back them off).
+                    l.ping_due = Some(now);
+                }
+                l.stats.probes_unheard += 1;
+            }
+        }
         for frame in frames.flatten() {
             self.apply_frame(now, li, frame);
         }
@@ -948,7 +986,7 @@ impl Endpoint {
 
     fn apply_frame(&mut self, now: Instant, arrived_on: usize, frame: wire::Frame<'_>) {
         match frame {
-            wire::Frame::Padding | wire::Frame::Ping => {}
+            wire::Frame::Padding | wire::Frame::Ping | wire::Frame::Probe { .. } => {}
             wire::Frame::Ack(ack) => {
                 let Some(i) = self.link_index(LinkId(ack.link)) else {
                     return;
@@ -996,6 +1034,15 @@ impl Endpoint {
                 }
                 if out.newly_acked > 0 {
                     self.refresh_codel_interval(now);
+                }
+                if out
+                    .newest_sent
+                    .zip(self.links[i].acks_around)
+                    .is_some_and(|(sent, since)| sent >= since)
+                {
+                    // The peer answered what this end sent on the link since it was
+                    // probed: this end's direction delivers again.
+                    self.links[i].acks_around = None;
                 }
                 if out.newly_acked > 0 && self.links[i].state == LinkState::Suspect {
                     self.links[i].state = LinkState::Up;
@@ -1502,6 +1549,21 @@ impl Endpoint {
             .min_by_key(|&i| (self.links[i].state != LinkState::Up, self.links[i].rtt.srtt))
     }
 
+    /// The link that carries link `i`'s acknowledgements while this end's own direction of
+    /// `i` goes unanswered (the peer probed it, 3.12): the up link with the lowest RTT,
+    /// not a backup one (those carry nothing while another link is up). None when there
+    /// is no such link: then they stay on `i`.
+    fn ack_detour(&self, i: usize) -> Option<usize> {
+        (0..self.links.len())
+            .filter(|&j| {
+                j != i
+                    && self.links[j].state == LinkState::Up
+                    && !self.links[j].local_down
+                    && !self.links[j].config.backup
+            })
+            .min_by_key(|&j| self.links[j].rtt.srtt)
+    }
+
     /// Whether link `i`'s acknowledgement waits for a data packet to carry it: the link's
     /// budget below the binding point is full and data waits above it, so an
     /// acknowledgement alone would only queue behind that data. The next packet bound to
@@ -1545,7 +1607,18 @@ impl Endpoint {
             // Where this datagram goes: on link i itself if it can carry anything, else on
             // another link (acks name the link they acknowledge).
             let usable = !self.links[i].local_down && self.links[i].state != LinkState::Down;
-            let via = if usable {
+            // The peer probed link i as silent (PROBE) and this end's own direction of it
+            // has not been answered since: its acknowledgements go on an up link instead,
+            // so the peer's data on link i (a cellular uplink's scheduler pauses while its
+            // downlink delivers) is not taken for lost meanwhile. A PING due on link i
+            // still goes there, alone, first.
+            let around = (usable && self.links[i].acks_around.is_some())
+                .then(|| self.ack_detour(i))
+                .flatten();
+            let ack_due = ack_due && !(around.is_some() && ping_due);
+            let via = if let Some(j) = around.filter(|_| !ping_due) {
+                Some(j)
+            } else if usable {
                 Some(i)
             } else {
                 self.control_link(Some(i))
@@ -1560,6 +1633,9 @@ impl Endpoint {
             let mut eliciting = false;
             if ack_due {
                 self.write_ack(now, i, buf, true, None);
+                if around.is_some() {
+                    self.links[i].stats.acks_around += 1;
+                }
                 if via != i {
                     // Not this link's datagram: its record cannot confirm the ACK.
                     self.links[i].rx.written = None;
@@ -1575,7 +1651,15 @@ impl Endpoint {
             }
             let mut told_mtu = false;
             if ping_due && via == i {
-                wire::emit_ping(buf);
+                if self.links[i].state == LinkState::Suspect {
+                    // It may be only this end that hears nothing (3.12).
+                    let l = &self.links[i];
+                    let unacked = l.largest_acked.map_or(0, |l| l + 1);
+                    let due_us = l.unqueued_arrival_us(now);
+                    wire::emit_probe(buf, unacked, due_us);
+                } else {
+                    wire::emit_ping(buf);
+                }
                 if let Some(max) = self.links[i].config.max_datagram {
                     // What this end takes whole on the link, on every probe of it (a
                     // lost one is probed again at once, 3.8).
@@ -2310,6 +2394,7 @@ impl Endpoint {
             }
         }
         let n = wire::emit_ack(buf, l.id.0, delay, &ranges);
+        l.rx.note_reported(now, largest);
         // What this ACK tells the peer: everything from its oldest range up, and from the
         // floor up if it left out no range above the floor.
         if let Some(oldest) = n.checked_sub(1).and_then(|k| ranges.get(k)) {

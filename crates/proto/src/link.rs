@@ -74,6 +74,22 @@ impl Rtt {
             return;
         }
         self.min = self.min.min(sample);
+        self.smooth(now, sample, ack_delay);
+    }
+
+    /// A sample whose acknowledgement came back over another link (`docs/protocol.md`
+    /// 3.12): it counts in the smoothed RTT, as in any sample, but the way back is
+    /// another link's, so the minimum RTT (this link's path, what rate control's window
+    /// is made of) is left alone. Before a sample of the link's own path it counts for
+    /// nothing.
+    pub(crate) fn update_crossed(&mut self, now: Instant, sample: Duration, ack_delay: Duration) {
+        if self.has_sample {
+            self.latest = sample;
+            self.smooth(now, sample, ack_delay);
+        }
+    }
+
+    fn smooth(&mut self, now: Instant, sample: Duration, ack_delay: Duration) {
         // Subtract the peer's ack delay unless that would go below the minimum RTT.
         let adjusted = if sample >= self.min + ack_delay {
             sample - ack_delay
@@ -197,6 +213,9 @@ pub(crate) struct RxState {
     /// The ACK written into the datagram being assembled for this link: it told the peer
     /// everything about `from..=largest`.
     pub(crate) written: Option<(u64, u64)>,
+    /// When an ACK first reported each new largest packet number, oldest first (at most
+    /// `ACK_LOG_LEN`): what the peer should have heard by when (`docs/protocol.md` 3.12).
+    reported: VecDeque<(u64, Instant)>,
     /// Tests: report every range kept, whatever the floor.
     #[cfg(test)]
     pub(crate) report_all: bool,
@@ -214,6 +233,9 @@ const PROBE_EXPIRY_SCALE_MAX: u32 = 64;
 
 /// How many ranges the receive side remembers; older packet numbers count as duplicates.
 const MAX_RX_RANGES: usize = 32;
+/// How many of its ACKs' new largest packet numbers a link's receive side remembers
+/// (`RxState::reported`): a few round trips' worth at any rate.
+const ACK_LOG_LEN: usize = 256;
 
 impl RxState {
     fn new() -> Self {
@@ -230,6 +252,7 @@ impl RxState {
             ride_watch: None,
             floor: 0,
             written: None,
+            reported: VecDeque::new(),
             #[cfg(test)]
             report_all: false,
         }
@@ -384,6 +407,25 @@ impl RxState {
         self.ranges.front().map(|r| *r.end())
     }
 
+    /// An ACK sent now reported packets up to `largest`.
+    pub(crate) fn note_reported(&mut self, now: Instant, largest: u64) {
+        if self.reported.back().is_none_or(|&(l, _)| largest > l) {
+            if self.reported.len() == ACK_LOG_LEN {
+                self.reported.pop_front();
+            }
+            self.reported.push_back((largest, now));
+        }
+    }
+
+    /// When an ACK of this end first reported a packet number of `unacked` or above, if
+    /// one did (as far as the log goes back).
+    pub(crate) fn first_reported(&self, unacked: u64) -> Option<Instant> {
+        self.reported
+            .iter()
+            .find(|&&(largest, _)| largest >= unacked)
+            .map(|&(_, at)| at)
+    }
+
     pub(crate) fn on_ack_sent(&mut self) {
         self.unacked_eliciting = 0;
         self.ack_deadline = None;
@@ -533,6 +575,12 @@ pub struct LinkStats {
     pub duplicate_packets: u64,
     /// PING probes sent.
     pub pings_sent: u64,
+    /// ACK frames of the link sent on another link, its own direction from this end
+    /// having gone unanswered (`docs/protocol.md` 3.12).
+    pub acks_around: u64,
+    /// The peer's PROBEs of the link that showed this end's acknowledgements unheard
+    /// (each sent the link's acknowledgements around until answered again).
+    pub probes_unheard: u64,
 }
 
 /// A read-only view of a link for binding policies and status output.
@@ -853,6 +901,10 @@ pub(crate) struct Link {
     pub(crate) probe_backoff: u32,
     /// When the link last became suspect.
     pub(crate) suspect_since: Instant,
+    /// Since when this link's acknowledgements go on another link: the peer probed it as
+    /// silent (PROBE, `docs/protocol.md` 3.12), and nothing this end sent on it since has
+    /// been answered.
+    pub(crate) acks_around: Option<Instant>,
     /// LINK_STATUS announcements owed about this link.
     pub(crate) announce: bool,
     /// The largest datagram the peer takes whole on this link (its LINK_MTU frames).
@@ -906,6 +958,8 @@ pub(crate) struct AckOutcome {
     /// (slot, generation) of the header templates the acknowledged packets carried
     /// (3.9): the peer holds them.
     pub(crate) templates_acked: Vec<(u16, u16)>,
+    /// When the newest of the newly acknowledged ack-eliciting packets was sent.
+    pub(crate) newest_sent: Option<Instant>,
 }
 
 impl Link {
@@ -963,6 +1017,7 @@ impl Link {
             ping_due: Some(now),
             probe_backoff: 0,
             suspect_since: now,
+            acks_around: None,
             announce: false,
             peer_max_datagram: None,
             pmtu: PathMtu::new(),
@@ -1184,6 +1239,7 @@ impl Link {
         self.rtt = Rtt::new(initial_rtt);
         self.last_sampled = None;
         self.path_since = now;
+        self.acks_around = None;
         self.reset_rate_control(now, initial_rtt);
         self.pmtu_restart();
     }
@@ -1430,6 +1486,7 @@ impl Link {
                     continue;
                 }
                 any_eliciting = true;
+                out.newest_sent = out.newest_sent.max(Some(p.time));
                 self.in_flight -= 1;
                 self.bytes_in_flight -= p.size;
                 acked_bytes += p.size;
@@ -1465,7 +1522,11 @@ impl Link {
         if let Some(sample) = rtt_sample
             && any_eliciting
         {
-            self.rtt.update(now, sample, ack_delay);
+            if same_path {
+                self.rtt.update(now, sample, ack_delay);
+            } else {
+                self.rtt.update_crossed(now, sample, ack_delay);
+            }
         }
         if let Some(c) = &mut self.cc
             && acked_bytes > 0
@@ -1776,6 +1837,18 @@ impl Link {
     /// Where packet `pn`'s record is in `sent`, if it is still kept.
     fn sent_index(&self, pn: u64) -> Option<usize> {
         usize::try_from(pn.checked_sub(self.sent_base)?).ok()
+    }
+
+    /// When a datagram sent now would arrive at the peer if nothing held it on the way,
+    /// microseconds on the peer's clock (as in its RX_TIME frames): now plus the least
+    /// one-way delay of the last 10 s. 0 when that is not known (no rate control, or no
+    /// one-way sample yet).
+    pub(crate) fn unqueued_arrival_us(&self, now: Instant) -> u64 {
+        self.cc
+            .as_ref()
+            .and_then(Controller::owd_floor_ns)
+            .and_then(|floor| u64::try_from((i128::from(now.as_nanos()) + floor) / 1000).ok())
+            .unwrap_or(0)
     }
 
     /// Send time of the oldest unacknowledged ack-eliciting packet.

@@ -133,6 +133,7 @@ mod frame_type {
     pub(super) const DATA_TEMPLATE: u8 = 0x09;
     pub(super) const DATA_COMPACT: u8 = 0x0A;
     pub(super) const DATA_COMPACT_RECOVERED: u8 = 0x0B;
+    pub(super) const PROBE: u8 = 0x0C;
 }
 
 /// ACK frame length without its extra ranges: type, link, largest, delay, first_range, count.
@@ -222,6 +223,19 @@ pub enum Frame<'a> {
     Padding,
     /// PING (§3.1): asks the peer to acknowledge this datagram.
     Ping,
+    /// PROBE (§3.12): a PING from a sender that has heard nothing back on this link for
+    /// its suspect timeout, with what it has heard and when the probe would arrive
+    /// without a queue: if the receiver told it more long enough before, the receiver's
+    /// own direction of the link fails, and its acknowledgements of the link go on
+    /// another link until it is answered again.
+    Probe {
+        /// The lowest packet number of the link not acknowledged to the probe's sender
+        /// (its largest acknowledged plus one; 0 when none was).
+        unacked: u64,
+        /// When the probe would arrive if nothing held it on the way, microseconds on the
+        /// receiver's clock (as in its RX_TIME frames; 0: not known).
+        due_us: u64,
+    },
     /// ACK (§3.2): packet numbers received on one link.
     Ack(AckFrame<'a>),
     /// LOSS_REPORT (§3.3): cumulative per-link receive and loss counts.
@@ -260,7 +274,10 @@ impl Frame<'_> {
     /// Whether this frame asks the peer to acknowledge its datagram: PING, DATA and
     /// LINK_STATUS do (§2.3).
     pub const fn is_ack_eliciting(&self) -> bool {
-        matches!(self, Self::Ping | Self::Data(_) | Self::LinkStatus { .. })
+        matches!(
+            self,
+            Self::Ping | Self::Probe { .. } | Self::Data(_) | Self::LinkStatus { .. }
+        )
     }
 }
 
@@ -869,6 +886,18 @@ pub fn emit_ping(out: &mut Vec<u8>) {
     out.push(frame_type::PING);
 }
 
+/// Length of a PROBE frame, type byte included.
+pub const PROBE_FRAME_LEN: usize = 1 + 8 + 8;
+
+/// Appends a PROBE frame (§3.12): `unacked` is the link's lowest packet number not
+/// acknowledged to this end (0 when none was), `due_us` when the probe would arrive
+/// without a queue on the peer's clock (0: not known).
+pub fn emit_probe(out: &mut Vec<u8>, unacked: u64, due_us: u64) {
+    out.push(frame_type::PROBE);
+    out.extend_from_slice(&unacked.to_be_bytes());
+    out.extend_from_slice(&due_us.to_be_bytes());
+}
+
 /// Appends `n` bytes of padding (§3.0): a PADDING type byte followed by `n - 1` zero
 /// bytes, or nothing when `n` is 0. Padding ends the frame list, so emit it last; to pad a
 /// datagram to `target` bytes, call `emit_padding(out, target.saturating_sub(out.len()))`.
@@ -944,6 +973,12 @@ impl<'a> Iterator for Frames<'a> {
                 Ok(Frame::Padding)
             }
             frame_type::PING => Ok(Frame::Ping),
+            frame_type::PROBE => r.u64().and_then(|unacked| {
+                Ok(Frame::Probe {
+                    unacked,
+                    due_us: r.u64()?,
+                })
+            }),
             frame_type::ACK => AckFrame::decode(&mut r).map(Frame::Ack),
             frame_type::LOSS_REPORT => LossReport::decode(&mut r).map(Frame::LossReport),
             frame_type::DATA => DataFrame::decode(&mut r, false).map(Frame::Data),
@@ -1165,6 +1200,33 @@ mod tests {
         let d = datagram(emit_ping);
         assert_eq!(d.len(), HEADER_LEN + PING_FRAME_LEN);
         assert_eq!(only_frame(&d), Frame::Ping);
+    }
+
+    #[test]
+    fn probe_round_trips_and_is_ack_eliciting() {
+        let d = datagram(|out| emit_probe(out, 0x0102_0304_0506_0708, 0x1112_1314_1516_1718));
+        assert_eq!(d.len(), HEADER_LEN + PROBE_FRAME_LEN);
+        assert_eq!(
+            &d[HEADER_LEN..],
+            [
+                0x0c, 1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18
+            ],
+            "§3.12 layout"
+        );
+        let f = only_frame(&d);
+        assert_eq!(
+            f,
+            Frame::Probe {
+                unacked: 0x0102_0304_0506_0708,
+                due_us: 0x1112_1314_1516_1718,
+            }
+        );
+        assert!(f.is_ack_eliciting());
+        let (_, frames) = parse(&d).unwrap();
+        assert_eq!(frames.is_ack_eliciting(), Ok(true));
+        // Cut short: malformed, never a partial frame.
+        let (_, frames) = parse(&d[..d.len() - 1]).unwrap();
+        assert!(frames.is_ack_eliciting().is_err());
     }
 
     #[test]
@@ -1633,12 +1695,12 @@ mod tests {
     fn unknown_frame_is_rejected_and_stops_iteration() {
         let d = datagram(|out| {
             emit_ping(out);
-            out.push(0x0c);
+            out.push(0x0d);
             emit_ping(out);
         });
         let (_, frames) = parse(&d).unwrap();
         let got: Vec<_> = frames.collect();
-        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x0c))]);
+        assert_eq!(got, [Ok(Frame::Ping), Err(DecodeError::UnknownFrame(0x0d))]);
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use core::time::Duration;
 
 use super::harness::{
-    FlowSpec, Inner, LinkSpec, Pair, PairBuilder, Side, at_ms, blackhole, data_in, drop_nth_data,
-    drop_packet, ms,
+    FlowSpec, Inner, LinkSpec, Pair, PairBuilder, Side, acks_in, at_ms, blackhole, data_in,
+    drop_nth_data, drop_packet, ms,
 };
 use crate::classify::DSCP_EF;
 use crate::{Event, Instant, LinkChange, LinkId, LinkState, LinkView, ReinjectCause};
@@ -461,7 +461,7 @@ fn expected_rej_window(pair: &Pair) -> (Instant, Instant) {
     let last_ack = pair
         .arrivals
         .iter()
-        .filter(|a| a.to == Side::Client && super::harness::acks_in(&a.bytes).contains(&0))
+        .filter(|a| a.to == Side::Client && acks_in(&a.bytes).contains(&0))
         .map(|a| a.time)
         .max()
         .expect("acks arrived");
@@ -1333,6 +1333,86 @@ fn a_suspect_links_pause_so_far_counts_in_an_aggregate_flows_target() {
     assert_eq!(q.aqm_dropped, 0, "{q:?}");
     let got = check_once_in_order(&pair.delivered_inner(Side::Server));
     assert_eq!(got[&PORT].len(), n as usize);
+}
+
+/// A link whose direction towards the sender pauses (a cellular uplink's scheduler) while
+/// its other direction delivers: the sender suspects the link and probes it (PROBE, with
+/// the first packet it has not heard of), the receiver sees that it reported that packet
+/// longer than a round trip before, and sends the link's acknowledgements on the other
+/// link until its own direction is answered again (`docs/protocol.md` 3.12). The sender
+/// takes the link back at the first of them and goes on sending on it. Link 1's uplink
+/// (client to server) pauses for 600 ms under a download on it. Before, the
+/// acknowledgements waited out the pause on link 1, and the server sent link 1 no data
+/// for the whole pause.
+#[test]
+fn acknowledgements_go_around_a_paused_direction() {
+    const PORT: u16 = 9412;
+    let (pause, end) = (at_ms(1000), at_ms(1600));
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(15)))
+        .link(
+            LinkSpec::new(ms(10))
+                .up_pause(pause, end)
+                .up_drain(Duration::from_micros(200)),
+        )
+        .config(|c| c.default_policy = crate::PolicyKind::Aggregate)
+        .build();
+    // The server's datagrams are not serialized: the flow goes on the nearer link 1.
+    let n = 3000;
+    pair.send_stream(
+        Side::Server,
+        &FlowSpec::bulk(PORT, 1200),
+        n,
+        at_ms(100),
+        Duration::from_micros(800),
+    );
+    pair.drive_until(pause);
+    let before = pair.transmits.len();
+    let mut silent_ms = 0;
+    for t in (1010..=1600).step_by(10) {
+        pair.drive_until(at_ms(t));
+        if pair.view(Side::Server, 1).state != LinkState::Up {
+            silent_ms += 10;
+        }
+    }
+    let in_pause = &pair.transmits[before..];
+    let around = in_pause
+        .iter()
+        .filter(|t| t.from == Side::Client && t.link == LinkId(0))
+        .filter(|t| acks_in(&t.bytes).contains(&1))
+        .count();
+    let data_on_1 = in_pause
+        .iter()
+        .filter(|t| t.from == Side::Server && t.link == LinkId(1) && t.carries_data)
+        .count();
+    assert!(
+        around >= 100,
+        "{around} of link 1's acknowledgements went on link 0"
+    );
+    // Its first probe, one round trip into the pause, comes too soon to tell a pause
+    // of the acknowledgements' way from one of its own; the next one does.
+    assert!(
+        silent_ms <= 200,
+        "the server took link 1 for silent for {silent_ms} ms of the pause"
+    );
+    assert!(
+        data_on_1 >= 300,
+        "link 1 carried {data_on_1} data datagrams in the pause"
+    );
+    pair.drive_until(at_ms(6000));
+    let got = check_once_in_order(&pair.delivered_inner(Side::Client));
+    assert_eq!(got[&PORT].len(), n as usize);
+    let l = pair.client.link_stats(LinkId(1)).expect("link 1");
+    assert!(l.probes_unheard >= 1, "{l:?}");
+    // Once the pause ended, the acknowledgements went on link 1 again.
+    let after: Vec<_> = pair
+        .transmits
+        .iter()
+        .filter(|t| t.from == Side::Client && t.time >= at_ms(1800))
+        .filter(|t| acks_in(&t.bytes).contains(&1))
+        .map(|t| t.link)
+        .collect();
+    assert!(!after.is_empty() && after.iter().all(|&k| k == LinkId(1)));
 }
 
 /// A link's loss rate follows what it loses while it works and returns to zero once it
