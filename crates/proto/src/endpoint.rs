@@ -949,7 +949,7 @@ impl Endpoint {
         {
             // The peer has heard nothing back on this link for its suspect timeout. If
             // this end reported what it has not heard of long enough before the probe
-            // left (more than this link's RTT as this end knows it, and whatever held the
+            // left (two of this link's RTTs as this end knows them, and whatever held the
             // probe on its way: how late it came against `due_us`, the peer's least
             // one-way delay), this end's direction of the link pauses (a cellular
             // uplink's scheduler) or has failed while the peer's delivers: this end's
@@ -957,7 +957,10 @@ impl Endpoint {
             // link from now on (a PING now, or a suspect link's next probe) is answered
             // (`poll_control`, `docs/protocol.md` 3.12). A probe that waited out a pause
             // or a queue of the peer's own direction, behind what the peer sent before
-            // it, is not taken for that: this end acknowledged that just now.
+            // it, is not taken for that: this end acknowledged that just now. The second
+            // RTT leaves out what a queue of this end's own direction holds (its own data
+            // ahead of the acknowledgements at a slow link's bottleneck): going around
+            // on a farther link would not bring them sooner.
             let now_us = now.as_nanos() / 1000;
             let late = if due_us == 0 {
                 Duration::ZERO
@@ -965,7 +968,7 @@ impl Endpoint {
                 Duration::from_micros(now_us.saturating_sub(due_us))
             };
             let l = &mut self.links[li];
-            let due = l.rtt.srtt + l.rtt.rttvar * 2 + late;
+            let due = l.rtt.srtt * 2 + l.rtt.rttvar * 2 + late;
             if l.acks_around.is_none()
                 && l.rx.first_reported(unacked).is_some_and(|t| now - t > due)
             {
@@ -1654,7 +1657,7 @@ impl Endpoint {
                 if self.links[i].state == LinkState::Suspect {
                     // It may be only this end that hears nothing (3.12).
                     let l = &self.links[i];
-                    let unacked = l.largest_acked.map_or(0, |l| l + 1);
+                    let unacked = l.largest_heard.map_or(0, |l| l + 1);
                     let due_us = l.unqueued_arrival_us(now);
                     wire::emit_probe(buf, unacked, due_us);
                 } else {

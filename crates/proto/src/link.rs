@@ -854,6 +854,10 @@ pub(crate) struct Link {
     /// Rate and delay control (`None`: off, the link sends as fast as its budget allows).
     pub(crate) cc: Option<Controller>,
     pub(crate) largest_acked: Option<u64>,
+    /// The largest packet number any ACK frame of the link reported, acknowledging
+    /// something new or not, an ack-only datagram or not: what the peer's ACKs have told
+    /// this end so far (a PROBE's `unacked`, `docs/protocol.md` 3.12).
+    pub(crate) largest_heard: Option<u64>,
     /// Last time packets taken from this link and reinjected on another were acknowledged
     /// over it after all: its reinjection timer had expired in a pause, not at a
     /// failure, and the reinjections went twice.
@@ -995,6 +999,7 @@ impl Link {
             bytes_in_flight: 0,
             cc,
             largest_acked: None,
+            largest_heard: None,
             last_spurious: None,
             rej_aging: None,
             expired_probes: VecDeque::new(),
@@ -1427,6 +1432,7 @@ impl Link {
             // Acknowledges something never sent: ignore the whole frame.
             return out;
         }
+        self.largest_heard = self.largest_heard.max(Some(largest));
         let mut rtt_sample = None;
         let mut any_eliciting = false;
         let mut acked_bytes = 0;

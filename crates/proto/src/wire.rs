@@ -229,8 +229,8 @@ pub enum Frame<'a> {
     /// own direction of the link fails, and its acknowledgements of the link go on
     /// another link until it is answered again.
     Probe {
-        /// The lowest packet number of the link not acknowledged to the probe's sender
-        /// (its largest acknowledged plus one; 0 when none was).
+        /// One above the largest packet number of the link that an ACK frame reported to
+        /// the probe's sender (0 when none did): what it has heard so far.
         unacked: u64,
         /// When the probe would arrive if nothing held it on the way, microseconds on the
         /// receiver's clock (as in its RX_TIME frames; 0: not known).
@@ -889,8 +889,8 @@ pub fn emit_ping(out: &mut Vec<u8>) {
 /// Length of a PROBE frame, type byte included.
 pub const PROBE_FRAME_LEN: usize = 1 + 8 + 8;
 
-/// Appends a PROBE frame (§3.12): `unacked` is the link's lowest packet number not
-/// acknowledged to this end (0 when none was), `due_us` when the probe would arrive
+/// Appends a PROBE frame (§3.12): `unacked` is one above the largest packet number of the
+/// link an ACK frame reported to this end (0 when none did), `due_us` when the probe would arrive
 /// without a queue on the peer's clock (0: not known).
 pub fn emit_probe(out: &mut Vec<u8>, unacked: u64, due_us: u64) {
     out.push(frame_type::PROBE);

@@ -212,9 +212,7 @@ fn aligned_redundant_voip_has_no_gap_over_a_quarter_of_its_spacing() {
         let p = flow(&plain, "voip");
         assert!(p.latency_ms.p50 < fast + 1.0, "{sets:?}: {p:?}");
     }
-    // The slower link cut: the gaps are the packets the fast link lost meanwhile, lost
-    // for good or come late (a copy sent again once the cut link's acknowledgements went
-    // around it: 65 ms).
+    // The slower link cut: the gaps are the packets the fast link lost meanwhile.
     let r = run(
         &with(
             &s,
@@ -225,11 +223,7 @@ fn aligned_redundant_voip_has_no_gap_over_a_quarter_of_its_spacing() {
     .unwrap();
     let v = flow(&r, "voip");
     assert!((v.lost as f64) < 0.0005 * v.sent as f64, "{v:?}");
-    let late = u64::from(v.latency_ms.max > 25.0 + 20.0);
-    assert!(
-        v.max_gap_ms <= 25.0 * (v.lost + late + 1) as f64 + 0.5,
-        "{v:?}"
-    );
+    assert!(v.max_gap_ms <= 25.0 * (v.lost + 1) as f64 + 0.5, "{v:?}");
 }
 
 /// Two copies over two links lose a packet to two random losses about once in 10,000
@@ -257,20 +251,18 @@ fn three_copies_over_two_links_leave_no_gap_to_double_losses() {
 /// Four copies over two links go two on each (copies beyond the links spread over them
 /// again, round by round), so whichever link dies, the packets sent before its death was
 /// noticed still have two copies on the other: the cut and the random loss together lose
-/// nothing and leave no gap. With three copies (two on the fast link) seed 113 loses a
-/// packet at the cut, a 60 ms gap (4 seeds of 1-400 lose one; before acknowledgements
-/// went around a paused direction, `docs/protocol.md` 3.12, seed 96 and 4 others: which
-/// seeds meet a cut with a loss moves with the timing). Checked on two other mixes: the
-/// slower link cut, and a slow link of 40 ms.
+/// nothing and leave no gap. With three copies (two on the fast link) seed 96 loses a
+/// packet at the cut, a 60 ms gap. Checked on two other mixes: the slower link cut, and
+/// a slow link of 40 ms.
 #[test]
 fn four_copies_over_two_links_leave_no_gap_when_a_cut_meets_a_loss() {
     let s = with(
         &scenario("redundant.toml"),
         &["late.redundant_align=true", "late.redundant_links=4"],
     );
-    let three = with(&s, &["late.redundant_links=3", "scenario.seed=113"]);
+    let three = with(&s, &["late.redundant_links=3", "scenario.seed=96"]);
     let r = run(&three, Mode::Late).unwrap();
-    assert!(flow(&r, "voip").max_gap_ms > 30.0, "three copies, seed 113");
+    assert!(flow(&r, "voip").max_gap_ms > 30.0, "three copies, seed 96");
     let mixes: [(&[&str], std::ops::RangeInclusive<u64>); 3] = [
         (&[], 89..=96),
         (
