@@ -889,9 +889,9 @@ pub fn emit_ping(out: &mut Vec<u8>) {
 /// Length of a PROBE frame, type byte included.
 pub const PROBE_FRAME_LEN: usize = 1 + 8 + 8;
 
-/// Appends a PROBE frame (§3.12): `unacked` is one above the largest packet number of the
-/// link an ACK frame reported to this end (0 when none did), `due_us` when the probe would arrive
-/// without a queue on the peer's clock (0: not known).
+/// Appends a PROBE frame (§3.12): `unacked` is one above the largest packet number of
+/// the link an ACK frame reported to this end (0 when none did), `due_us` when the probe
+/// would arrive without a queue, on the peer's clock (0: not known).
 pub fn emit_probe(out: &mut Vec<u8>, unacked: u64, due_us: u64) {
     out.push(frame_type::PROBE);
     out.extend_from_slice(&unacked.to_be_bytes());

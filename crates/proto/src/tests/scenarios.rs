@@ -1338,8 +1338,9 @@ fn a_suspect_links_pause_so_far_counts_in_an_aggregate_flows_target() {
 /// A link whose direction towards the sender pauses (a cellular uplink's scheduler) while
 /// its other direction delivers: the sender suspects the link and probes it (PROBE, with
 /// the first packet it has not heard of), the receiver sees that it reported that packet
-/// longer than a round trip before, and sends the link's acknowledgements on the other
-/// link until its own direction is answered again (`docs/protocol.md` 3.12). The sender
+/// longer than two round trips before (and the probe came on time), and sends the link's
+/// acknowledgements on the other link until its own direction is answered again
+/// (`docs/protocol.md` 3.12). The sender
 /// takes the link back at the first of them and goes on sending on it. Link 1's uplink
 /// (client to server) pauses for 600 ms under a download on it: the server takes link 1
 /// for silent for 130 ms of it and sends 594 data datagrams on it meanwhile, 287 ACK
