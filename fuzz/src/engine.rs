@@ -682,7 +682,7 @@ impl Driver {
                 | Frame::LinkMtu { link, .. } => {
                     assert!(self.ep.link_stats(LinkId(link)).is_some());
                 }
-                Frame::Ping | Frame::Padding => {}
+                Frame::Ping | Frame::Probe { .. } | Frame::Padding => {}
             }
         }
         assert!(data_frames <= 1, "more than one DATA frame in a datagram");

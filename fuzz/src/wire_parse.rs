@@ -178,6 +178,7 @@ fn inspect(frame: &Frame<'_>) {
         }
         Frame::Padding
         | Frame::Ping
+        | Frame::Probe { .. }
         | Frame::LinkStatus { .. }
         | Frame::RxTime { .. }
         | Frame::LinkMtu { .. } => {}
@@ -195,6 +196,10 @@ fn emit(out: &mut Vec<u8>, frame: &Frame<'_>) {
         Frame::Ping => {
             wire::emit_ping(out);
             wire::PING_FRAME_LEN
+        }
+        Frame::Probe { unacked, due_us } => {
+            wire::emit_probe(out, *unacked, *due_us);
+            wire::PROBE_FRAME_LEN
         }
         Frame::Ack(ack) => {
             let ranges: Vec<_> = ack.ranges().collect();
