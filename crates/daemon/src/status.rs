@@ -99,6 +99,13 @@ pub struct LinkStatus {
     /// Longest time it stayed suspect before it answered again, ms.
     #[serde(default)]
     pub longest_suspect_ms: f64,
+    /// The peer's probes that showed this end's acknowledgements on the link unheard
+    /// while the peer's direction delivered (`docs/protocol.md` 3.12).
+    #[serde(default)]
+    pub probes_unheard: u64,
+    /// Acknowledgement frames of the link sent on another link meanwhile.
+    #[serde(default)]
+    pub acks_around: u64,
 }
 
 /// Engine counters, by reason.
@@ -401,6 +408,8 @@ impl SessionStatus {
                     rej_expired: ls.rej_expired,
                     last_reinject_after_ms: ms(ls.last_reinject_after),
                     longest_suspect_ms: ms(ls.longest_suspect),
+                    probes_unheard: ls.probes_unheard,
+                    acks_around: ls.acks_around,
                 }
             })
             .collect();
@@ -632,6 +641,24 @@ impl Status {
                 ses.reinject_pending,
                 ses.reinject_after_max_ms,
             );
+            let around: Vec<String> = ses
+                .links
+                .iter()
+                .filter(|l| l.probes_unheard > 0 || l.acks_around > 0)
+                .map(|l| {
+                    format!(
+                        "{} {} (probes unheard {})",
+                        l.name, l.acks_around, l.probes_unheard
+                    )
+                })
+                .collect();
+            if !around.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  acks sent around a paused direction: {}",
+                    around.join(", ")
+                );
+            }
             if !ses.flows_received.is_empty() {
                 let _ = writeln!(
                     s,
@@ -793,6 +820,16 @@ impl Status {
                 let _ = writeln!(s, "latebind_link_lost_total{{{lp}}} {}", l.lost);
                 let _ = writeln!(s, "latebind_link_suspected_total{{{lp}}} {}", l.suspected);
                 let _ = writeln!(s, "latebind_link_reinjected_total{{{lp}}} {}", l.reinjected);
+                let _ = writeln!(
+                    s,
+                    "latebind_link_probes_unheard_total{{{lp}}} {}",
+                    l.probes_unheard
+                );
+                let _ = writeln!(
+                    s,
+                    "latebind_link_acks_around_total{{{lp}}} {}",
+                    l.acks_around
+                );
             }
         }
         s

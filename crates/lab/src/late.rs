@@ -394,6 +394,8 @@ pub fn engine_report(
             .flatten()
             .flat_map(|s| s.links.iter().map(|l| l.longest_suspect_ms))
             .fold(0.0, f64::max),
+        probes_unheard: sum(&|s| s.links.iter().map(|l| l.probes_unheard).sum()),
+        acks_around: sum(&|s| s.links.iter().map(|l| l.acks_around).sum()),
         reinject_after_max_ms: client
             .map_or(0.0, |s| s.reinject_after_max_ms)
             .max(server.map_or(0.0, |s| s.reinject_after_max_ms)),

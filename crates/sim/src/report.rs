@@ -278,6 +278,14 @@ pub struct EngineReport {
     pub suspected: u64,
     /// Longest time a link stayed suspect before it answered again, ms.
     pub longest_suspect_ms: f64,
+    /// Probes that showed a link's acknowledgements unheard while the prober's direction
+    /// delivered, both ends (`docs/protocol.md` 3.12).
+    #[serde(default)]
+    pub probes_unheard: u64,
+    /// Acknowledgement frames sent on another link than the one they acknowledge
+    /// meanwhile, both ends.
+    #[serde(default)]
+    pub acks_around: u64,
     /// Duplicate data frames dropped.
     pub duplicate_data: u64,
     /// Malformed datagrams dropped.
@@ -483,6 +491,16 @@ impl Report {
                         .as_secs_f64()
                         * 1e3,
                 ),
+                probes_unheard: [c, s]
+                    .iter()
+                    .flat_map(|e| e.all_link_stats())
+                    .map(|(_, st)| st.probes_unheard)
+                    .sum(),
+                acks_around: [c, s]
+                    .iter()
+                    .flat_map(|e| e.all_link_stats())
+                    .map(|(_, st)| st.acks_around)
+                    .sum(),
                 reinject_after_max_ms: round3(
                     cs.reinject_after_max
                         .max(ss.reinject_after_max)
@@ -674,7 +692,8 @@ impl Report {
                 "reinjected {} (timer {}, link down {}, cancelled {}, given back {}, expired {}), \
                  spurious {}, \
                  lost and sent again {}, late and sent again on an idle link {}; \
-                 suspected {} times, longest {:.1} ms",
+                 suspected {} times, longest {:.1} ms; \
+                 acknowledgements sent around a paused direction {} (probes unheard {})",
                 self.totals.reinjected,
                 e.reinjected_timer,
                 e.reinjected_link_down,
@@ -685,7 +704,9 @@ impl Report {
                 e.reinjected_lost,
                 e.reinjected_idle,
                 e.suspected,
-                e.longest_suspect_ms
+                e.longest_suspect_ms,
+                e.acks_around,
+                e.probes_unheard
             );
         }
         s
@@ -728,6 +749,10 @@ fn engine_rows(reports: &[Report], rows: &mut Vec<(String, Vec<String>)>) {
     rows.push((
         "suspected / longest ms".into(),
         e(&|_, e| format!("{} / {:.1}", e.suspected, e.longest_suspect_ms)),
+    ));
+    rows.push((
+        "acks around / probes unheard".into(),
+        e(&|_, e| format!("{} / {}", e.acks_around, e.probes_unheard)),
     ));
 }
 
