@@ -673,6 +673,57 @@ fn the_tunnel_carries_again_after_the_server_restarts() {
     );
 }
 
+/// The server's answers to the session's first handshake are lost (blackhole routes to
+/// the client's addresses in the server's namespace): the server accepts the client's
+/// initiation, installs its key and uses it at once. The client proposes the same key
+/// epoch again each second. Once the way back works, the next retry completes the
+/// handshake: before, the server refused it (the epoch was not newer than the key it
+/// held) until it dropped the session, 180 s later.
+#[test]
+fn the_first_handshake_completes_after_its_response_was_lost() {
+    if !root_or_skip("the_first_handshake_completes_after_its_response_was_lost") {
+        return;
+    }
+    let mut net = Net::new();
+    let blackhole = |op: &str, net: &Net| {
+        for client in ["198.18.10.2", "198.18.11.2"] {
+            sh(&[
+                "ip",
+                "-n",
+                &net.server_ns,
+                "route",
+                op,
+                "blackhole",
+                &format!("{client}/32"),
+            ]);
+        }
+    };
+    blackhole("add", &net);
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while net.logs().matches("handshake accepted").count() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        net.logs().matches("handshake accepted").count() >= 2,
+        "the server accepted no retry: {}",
+        net.logs()
+    );
+    assert_ne!(
+        net.status("client")["sessions"][0]["established"],
+        true,
+        "{}",
+        net.logs()
+    );
+    blackhole("del", &net);
+    let back = Instant::now();
+    net.wait_established();
+    eprintln!("established {:?} after the way back worked", back.elapsed());
+    let (got, _) = tcp_transfer(&net, 1 << 20, || {});
+    assert_eq!(got, 1 << 20, "{}", net.report());
+}
+
 /// A client that goes away (its host switched off) leaves no session on the server
 /// beyond `session_timeout_s`; a live client, idle, keeps its session.
 #[test]

@@ -606,6 +606,32 @@ fn lost_response_retry_keeps_key_phases_in_step() {
 }
 
 #[test]
+fn lost_first_response_retry_replaces_the_servers_unconfirmed_key() {
+    let mut responder = responder();
+    let (mut client, mut server) = (KeyRing::new(), KeyRing::new());
+    // Attempt 1: the server accepts and, with no other key, uses the new one at once;
+    // the response is lost.
+    let (_, s0, _, _) = handshake(&mut responder, 0, T0, 1);
+    server.install(s0).expect("install");
+    assert_eq!(server.current().map(Transport::epoch), Some(0));
+    // Attempt 2, the same epoch: the client installed nothing.
+    assert_eq!(client.next_epoch(), 0);
+    let (c0, s0, _, _) = handshake(&mut responder, 0, T0 + Duration::from_secs(1), 2);
+    server.install(s0).expect("replaces the unconfirmed key");
+    client.install(c0).expect("install");
+    let up = sealed(&mut client, 50);
+    assert_eq!(opens(&mut server, &up), Ok(plain(LINK, 50, FRAMES)));
+    let down = sealed(&mut server, 51);
+    assert_eq!(opens(&mut client, &down), Ok(plain(LINK, 51, FRAMES)));
+    // Confirmed by the client's datagram, the key is no longer replaced by one of its
+    // epoch.
+    let (_, again, _, _) = handshake(&mut responder, 0, T0 + Duration::from_secs(2), 3);
+    assert_eq!(server.install(again), Err(CryptoError::StaleEpoch));
+    let down = sealed(&mut server, 52);
+    assert_eq!(opens(&mut client, &down), Ok(plain(LINK, 52, FRAMES)));
+}
+
+#[test]
 fn initiation_for_next_epoch_confirms_pending_key() {
     let (mut client, mut server, mut responder) = established();
     // Epoch 1 completes, but no client datagram under it reaches the server.

@@ -232,12 +232,23 @@ fn aead_key(key: &[u8; 32]) -> LessSafeKey {
 /// with no other key uses the new one at once. When the client's initiation for epoch
 /// `e + 1` arrives, the server promotes a pending `e`, since the client can only propose
 /// `e + 1` after it has installed `e`.
+///
+/// A server key that no datagram from the client has opened yet is replaced by a newer
+/// handshake of the same epoch: the client proposes the same epoch again when the
+/// response was lost (it installed nothing). Refused, the session's first handshake
+/// could never complete after a lost response (the server, with no other key, uses its
+/// new one at once): the client retried every second and the server refused each,
+/// until it dropped the session (`session_timeout_s`). A replayed initiation does not
+/// get this far (the responder refuses a timestamp it has seen), and a fresh one takes
+/// the client's static key.
 #[derive(Debug, Default)]
 pub struct KeyRing {
     /// Indexed by epoch parity.
     slots: [Option<Transport>; 2],
     /// Index of the sending key in `slots`.
     sending: Option<usize>,
+    /// Indexed as `slots`: whether a datagram has opened under the key.
+    opened: [bool; 2],
 }
 
 impl KeyRing {
@@ -274,11 +285,16 @@ impl KeyRing {
         {
             return Err(CryptoError::SessionMismatch);
         }
-        if self
-            .current()
-            .is_some_and(|current| transport.epoch <= current.epoch)
+        if let Some(current) = self.current()
+            && transport.epoch <= current.epoch
         {
-            return Err(CryptoError::StaleEpoch);
+            let unconfirmed_retry = transport.epoch == current.epoch
+                && !transport.initiator
+                && !current.initiator
+                && !self.sending.is_some_and(|i| self.opened[i]);
+            if !unconfirmed_retry {
+                return Err(CryptoError::StaleEpoch);
+            }
         }
         let slot = parity(transport.epoch);
         let other = 1 - slot;
@@ -293,6 +309,7 @@ impl KeyRing {
         }
         let initiator = transport.initiator;
         self.slots[slot] = Some(transport);
+        self.opened[slot] = false;
         if initiator || self.sending.is_none() {
             self.sending = Some(slot);
         }
@@ -323,6 +340,7 @@ impl KeyRing {
             .as_ref()
             .ok_or(CryptoError::NoKeyForPhase)?;
         transport.open(datagram, out)?;
+        self.opened[slot] = true;
         if self
             .current()
             .is_none_or(|current| current.epoch < transport.epoch)
