@@ -181,9 +181,13 @@ fn run(cli: Cli) -> Result<()> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LATEBIND_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: a log file or the journal (the systemd unit) would
+    // keep the escape codes, and a search for `key=value` would miss.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

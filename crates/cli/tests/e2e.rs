@@ -54,6 +54,8 @@ struct Net {
     servers: [String; 2],
     /// Lines added to the server's main section only.
     server_extra: String,
+    /// The server public key the client is given, if not the server's own.
+    client_server_key: Option<String>,
 }
 
 impl Net {
@@ -75,6 +77,7 @@ impl Net {
             listen: vec!["0.0.0.0:51820".into()],
             servers: ["198.18.10.1:51820".into(), "198.18.11.1:51820".into()],
             server_extra: String::new(),
+            client_server_key: None,
         };
         sh(&["ip", "netns", "add", &c]);
         sh(&["ip", "netns", "add", &s]);
@@ -231,7 +234,7 @@ impl Net {
         let client_toml = format!(
             "[client]\nprivate_key = \"{}\"\nserver_public_key = \"{}\"\ntun = \"lb0\"\naddress = \"10.77.0.2/24\"\ncontrol_socket = \"{}\"\n{extra}[[links]]\nname = \"a\"\ninterface = \"c0\"\nserver = \"{}\"\n[[links]]\nname = \"b\"\ninterface = \"c1\"\nserver = \"{}\"\n",
             client_key.0,
-            server_key.1,
+            self.client_server_key.as_ref().unwrap_or(&server_key.1),
             self.dir.join("client.sock").display(),
             self.servers[0],
             self.servers[1],
@@ -1155,13 +1158,43 @@ fn unknown_client_key_gets_no_tunnel() {
     let client_key = Net::key();
     let other = Net::key();
     net.start(&client_key, &other.1);
-    std::thread::sleep(Duration::from_millis(1500));
+    // The client warns once its handshake has gone unanswered for 3 s.
+    std::thread::sleep(Duration::from_millis(3500));
     assert_eq!(net.status("client")["sessions"][0]["established"], false);
     assert!(
         net.status("server")["handshakes_rejected"]
             .as_u64()
             .unwrap()
             >= 1
+    );
+    // Both logs say what to fix: the server names the key it refused (once, not at each
+    // of the client's retries), the client says nothing answered and gives its key.
+    let logs = net.logs();
+    let refused = format!("client_key={}", client_key.1);
+    assert_eq!(logs.matches("not among the [[peers]]").count(), 1, "{logs}");
+    assert!(logs.contains(&refused), "{logs}");
+    assert!(logs.contains("no answer to the handshake"), "{logs}");
+}
+
+/// A client given another server public key than the server's: the server cannot decrypt
+/// its initiations and says which key the client needs.
+#[test]
+fn a_client_with_another_server_key_is_told_in_the_servers_log() {
+    if !root_or_skip("a_client_with_another_server_key_is_told_in_the_servers_log") {
+        return;
+    }
+    let mut net = Net::new();
+    net.client_server_key = Some(Net::key().1);
+    let client_key = Net::key();
+    net.start(&client_key, &client_key.1.clone());
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(net.status("client")["sessions"][0]["established"], false);
+    let logs = net.logs();
+    assert_eq!(
+        logs.matches("does not decrypt with this server's key")
+            .count(),
+        1,
+        "{logs}"
     );
 }
 

@@ -46,9 +46,10 @@ pub enum CryptoError {
     /// sealed under another key.
     #[error("authentication failed")]
     AuthenticationFailed,
-    /// The initiation is authentic but its static key is not on the responder's list.
-    #[error("unknown client key")]
-    UnknownClientKey,
+    /// The initiation is authentic but its static key (given) is not on the responder's
+    /// list.
+    #[error("unknown client key {0}")]
+    UnknownClientKey(crate::PublicKey),
     /// The initiation's timestamp is not greater than the greatest one accepted from the
     /// same client key.
     #[error("replayed or old initiation")]

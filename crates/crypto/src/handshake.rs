@@ -262,7 +262,7 @@ impl Responder {
             .map(PublicKey::from_bytes)
             .ok_or(CryptoError::Internal)?;
         if !self.allowed.contains(&peer) {
-            return Err(CryptoError::UnknownClientKey);
+            return Err(CryptoError::UnknownClientKey(peer));
         }
         let timestamp = Timestamp::from_bytes(&payload[..12])?;
         if self

@@ -216,7 +216,7 @@ fn unknown_client_key_rejected() {
     .expect("initiation");
     assert_eq!(
         responder.handle_initiation(&initiation, [2; 32]).err(),
-        Some(CryptoError::UnknownClientKey)
+        Some(CryptoError::UnknownClientKey(client_secret().public_key()))
     );
     responder.allow(client_secret().public_key());
     assert!(responder.handle_initiation(&initiation, [2; 32]).is_ok());

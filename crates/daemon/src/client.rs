@@ -41,6 +41,10 @@ const TOKEN_LINK: u64 = 100;
 
 /// Retry an unanswered handshake initiation after this long.
 const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+/// An unanswered handshake is logged as a warning once it has gone unanswered this long,
+/// and again every [`HANDSHAKE_WARN_EVERY`] while it stays so.
+const HANDSHAKE_WARN_AFTER: Duration = Duration::from_secs(3);
+const HANDSHAKE_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Keepalive intervals without an authentic datagram from the server, while a link is
 /// usable, after which the session is taken for lost and a new one made. Each usable link
 /// is probed every interval and the server answers every probe, so silence this long means
@@ -263,6 +267,8 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
     };
 
     let mut handshake: Option<(Initiator, Instant)> = None;
+    // Since when the handshake has gone unanswered, and when that was last logged.
+    let (mut unanswered_since, mut warned_at): (Option<Instant>, Option<Instant>) = (None, None);
     let mut established_at: Option<Instant> = None;
     // When the server was last heard from (an authentic datagram the engine took).
     let mut last_heard = now();
@@ -312,6 +318,24 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
             || retry_due
             || (rekey_due && handshake.is_none())
         {
+            let since = *unanswered_since.get_or_insert(t);
+            if retry_due
+                && t - since >= HANDSHAKE_WARN_AFTER
+                && warned_at.is_none_or(|w| t - w >= HANDSHAKE_WARN_EVERY)
+            {
+                warned_at = Some(t);
+                let to: Vec<String> = links
+                    .iter()
+                    .filter(|l| l.usable())
+                    .map(|l| format!("{} -> {}", l.name, l.server))
+                    .collect();
+                tracing::warn!(
+                    unanswered_s = (t - since).as_secs_f64().round(),
+                    links = %to.join(", "),
+                    client_key = %cfg.private_key.public_key(),
+                    "no answer to the handshake: the server is not reachable on these links, or it does not know this client key (its log names the key it refused), or this client's server_public_key is not the server's"
+                );
+            }
             let first = links.iter().position(ClientLink::usable).unwrap_or(0);
             let (init, datagram) = Initiator::new(
                 &cfg.private_key,
@@ -504,6 +528,7 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                                             Ok(transport) => {
                                                 if session.install(t, transport) {
                                                     established_at = Some(t);
+                                                    (unanswered_since, warned_at) = (None, None);
                                                     last_heard = t;
                                                     tracing::info!(link = %l.name, "handshake complete");
                                                 }

@@ -12,9 +12,10 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use latebind_crypto::{PublicKey, Responder};
+use latebind_crypto::{CryptoError, PublicKey, Responder};
 use latebind_io::clock::monotonic_ns;
 use latebind_io::link::LinkSocket;
 use latebind_io::poll::{Poller, Ready, TOKEN_SIGNAL, TOKEN_TIMER};
@@ -113,6 +114,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
     let mut by_address: HashMap<Ipv4Addr, u32> = HashMap::new();
     let mut drops = Drops::default();
     let mut handshake_budget = HandshakeBudget::new(HANDSHAKES_PER_SECOND);
+    let mut refusals = Refusals::default();
     let max_mss = mtu.saturating_sub(40);
     let hash_seed = u64::from(random_u32()?) << 32 | u64::from(random_u32()?);
     let reinjection = cfg.reinjection;
@@ -323,6 +325,7 @@ pub fn run(cfg: ServerConfig) -> Result<()> {
                                 Err(e) => {
                                     drops.handshakes_rejected += 1;
                                     tracing::debug!(%e, %from, "handshake rejected");
+                                    refusals.note(t, &e, from, responder.public_key());
                                 }
                             }
                             continue;
@@ -454,6 +457,57 @@ impl HandshakeBudget {
             true
         } else {
             false
+        }
+    }
+}
+
+/// How often the same refusal is logged as a warning at most.
+const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(60);
+/// Client keys whose refusals are remembered for [`REFUSAL_WARN_EVERY`]; beyond this the
+/// memory starts over (a flood of made-up keys logs at most this many lines a minute).
+const REFUSAL_KEYS: usize = 64;
+
+/// Warnings for the handshakes a user can fix in a config file: an authentic client
+/// whose key is not among the peers, and initiations made for another server key. Each
+/// is logged once per [`REFUSAL_WARN_EVERY`] (per client key for the first), so that a
+/// client retrying every second, or a flood, does not fill the log; every refusal is
+/// still counted (`handshakes_rejected`) and logged at debug level.
+#[derive(Default)]
+struct Refusals {
+    unknown: HashMap<PublicKey, Instant>,
+    undecryptable: Option<Instant>,
+}
+
+impl Refusals {
+    fn note(&mut self, now: Instant, e: &CryptoError, from: SocketAddr, server_key: PublicKey) {
+        let due = |last: Option<Instant>| last.is_none_or(|l| now - l >= REFUSAL_WARN_EVERY);
+        match e {
+            CryptoError::UnknownClientKey(key) => {
+                if !due(self.unknown.get(key).copied()) {
+                    return;
+                }
+                if self.unknown.len() >= REFUSAL_KEYS {
+                    self.unknown.clear();
+                }
+                self.unknown.insert(*key, now);
+                tracing::warn!(
+                    client_key = %key,
+                    %from,
+                    "handshake refused: this client key is not among the [[peers]]; add a peer with this public_key to let it in"
+                );
+            }
+            CryptoError::AuthenticationFailed => {
+                if !due(self.undecryptable) {
+                    return;
+                }
+                self.undecryptable = Some(now);
+                tracing::warn!(
+                    %from,
+                    %server_key,
+                    "handshake refused: the initiation does not decrypt with this server's key; the client's server_public_key must be this server_key"
+                );
+            }
+            _ => {}
         }
     }
 }
