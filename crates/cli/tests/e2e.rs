@@ -723,6 +723,11 @@ fn the_first_handshake_completes_after_its_response_was_lost() {
     let back = Instant::now();
     net.wait_established();
     eprintln!("established {:?} after the way back worked", back.elapsed());
+    let st = net.status("client");
+    assert!(
+        st["sessions"][0]["handshake_unanswered_s"].is_null(),
+        "{st}"
+    );
     let (got, _) = tcp_transfer(&net, 1 << 20, || {});
     assert_eq!(got, 1 << 20, "{}", net.report());
 }
@@ -1174,6 +1179,8 @@ fn unknown_client_key_gets_no_tunnel() {
     assert_eq!(logs.matches("not among the [[peers]]").count(), 1, "{logs}");
     assert!(logs.contains(&refused), "{logs}");
     assert!(logs.contains("no answer to the handshake"), "{logs}");
+    let unanswered = net.status("client")["sessions"][0]["handshake_unanswered_s"].as_f64();
+    assert!(unanswered >= Some(3.0), "{unanswered:?}");
 }
 
 /// A client given another server public key than the server's: the server cannot decrypt

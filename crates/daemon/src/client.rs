@@ -484,7 +484,8 @@ pub fn run(cfg: ClientConfig, opts: ClientOptions) -> Result<()> {
                     }
                 }
                 TOKEN_CONTROL | TOKEN_METRICS => {
-                    let mut status = client_status(&session, &links, &tun, mtu, started, t);
+                    let mut status =
+                        client_status(&session, unanswered_since, &links, &tun, mtu, started, t);
                     status.dispatch = stage.as_ref().map(DispatchStage::status);
                     if r.token == TOKEN_CONTROL {
                         control.serve_status(&serde_json::to_string(&status)?);
@@ -668,6 +669,7 @@ fn new_session(cfg: &ClientConfig, links: &[ClientLink], t: Instant) -> Result<S
 
 fn client_status(
     session: &Session,
+    unanswered_since: Option<Instant>,
     links: &[ClientLink],
     tun: &Tun,
     mtu: u16,
@@ -688,6 +690,7 @@ fn client_status(
         uptime_s: (t.as_nanos().saturating_sub(started)) as f64 / 1e9,
         sessions: vec![{
             let mut st = SessionStatus::new("server", session, t, &names);
+            st.handshake_unanswered_s = unanswered_since.map(|u| (t - u).as_secs_f64());
             for l in &mut st.links {
                 l.peer_address = links.get(usize::from(l.id)).map(|c| c.server.to_string());
             }

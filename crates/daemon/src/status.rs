@@ -289,6 +289,10 @@ pub struct SessionStatus {
     pub session: u32,
     /// Keys established.
     pub established: bool,
+    /// Client: how long the current handshake (the first, or a rekey) has gone
+    /// unanswered, s; `None` when none is waiting for an answer.
+    #[serde(default)]
+    pub handshake_unanswered_s: Option<f64>,
     /// Links.
     pub links: Vec<LinkStatus>,
     /// Packets above the binding point.
@@ -417,6 +421,7 @@ impl SessionStatus {
             peer: peer.to_owned(),
             session: e.config().session,
             established: s.established(),
+            handshake_unanswered_s: None,
             links,
             queued_packets: e.queued_packets(),
             queued_bytes: e.queued_bytes(),
@@ -517,10 +522,11 @@ impl Status {
                 "session {:08x} peer {} {}  queued {} pkts / {} B in {} flows  reorder held {}  hold {:.1} ms",
                 ses.session,
                 ses.peer,
-                if ses.established {
-                    "established"
-                } else {
-                    "handshaking"
+                match (ses.established, ses.handshake_unanswered_s) {
+                    (true, _) => "established".to_owned(),
+                    (false, Some(u)) if u >= 1.0 =>
+                        format!("handshaking (unanswered for {u:.0} s)"),
+                    (false, _) => "handshaking".to_owned(),
                 },
                 ses.queued_packets,
                 ses.queued_bytes,
