@@ -461,20 +461,23 @@ impl HandshakeBudget {
     }
 }
 
-/// How often the same refusal is logged as a warning at most.
+/// The period over which refusals are logged as warnings at most once each.
 const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(60);
-/// Client keys whose refusals are remembered for [`REFUSAL_WARN_EVERY`]; beyond this the
-/// memory starts over (a flood of made-up keys logs at most this many lines a minute).
+/// Unknown client keys warned of per [`REFUSAL_WARN_EVERY`] at most: a flood of made-up
+/// keys (a key pair is cheap) logs no more than this many lines a minute.
 const REFUSAL_KEYS: usize = 64;
 
 /// Warnings for the handshakes a user can fix in a config file: an authentic client
 /// whose key is not among the peers, and initiations made for another server key. Each
-/// is logged once per [`REFUSAL_WARN_EVERY`] (per client key for the first), so that a
-/// client retrying every second, or a flood, does not fill the log; every refusal is
-/// still counted (`handshakes_rejected`) and logged at debug level.
+/// is logged once per [`REFUSAL_WARN_EVERY`] (per client key for the first, up to
+/// [`REFUSAL_KEYS`] keys), so that a client retrying every second, or a flood, does not
+/// fill the log; every refusal is still counted (`handshakes_rejected`) and logged at
+/// debug level.
 #[derive(Default)]
 struct Refusals {
-    unknown: HashMap<PublicKey, Instant>,
+    /// The keys warned of since `since`.
+    unknown: std::collections::HashSet<PublicKey>,
+    since: Option<Instant>,
     undecryptable: Option<Instant>,
 }
 
@@ -483,13 +486,13 @@ impl Refusals {
         let due = |last: Option<Instant>| last.is_none_or(|l| now - l >= REFUSAL_WARN_EVERY);
         match e {
             CryptoError::UnknownClientKey(key) => {
-                if !due(self.unknown.get(key).copied()) {
+                if due(self.since) {
+                    self.unknown.clear();
+                    self.since = Some(now);
+                }
+                if self.unknown.len() >= REFUSAL_KEYS || !self.unknown.insert(*key) {
                     return;
                 }
-                if self.unknown.len() >= REFUSAL_KEYS {
-                    self.unknown.clear();
-                }
-                self.unknown.insert(*key, now);
                 tracing::warn!(
                     client_key = %key,
                     %from,
@@ -504,7 +507,7 @@ impl Refusals {
                 tracing::warn!(
                     %from,
                     %server_key,
-                    "handshake refused: the initiation does not decrypt with this server's key; the client's server_public_key must be this server_key"
+                    "handshake refused: an initiation that does not decrypt with this server's key (a client given another server_public_key than this server_key, or not a latebind client)"
                 );
             }
             _ => {}
@@ -544,5 +547,41 @@ fn server_status(
         unknown_session: drops.unknown_session,
         no_client_for_destination: drops.no_client_for_destination,
         dispatch: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> PublicKey {
+        PublicKey::from_bytes([b; 32])
+    }
+
+    #[test]
+    fn refusals_warn_once_a_minute_per_key_and_for_at_most_64_keys() {
+        let from: SocketAddr = "198.18.10.2:4000".parse().unwrap();
+        let mut r = Refusals::default();
+        let s = |secs: u64| Instant::from_nanos(secs * 1_000_000_000);
+        // The same key each second: its first refusal only.
+        for i in 0..30 {
+            r.note(s(i), &CryptoError::UnknownClientKey(key(1)), from, key(0));
+        }
+        assert_eq!(r.unknown.len(), 1);
+        // A flood of other keys in the same minute: 63 more, then nothing.
+        for b in 2..=200 {
+            r.note(s(40), &CryptoError::UnknownClientKey(key(b)), from, key(0));
+        }
+        assert_eq!(r.unknown.len(), REFUSAL_KEYS);
+        assert!(!r.unknown.contains(&key(200)));
+        // A minute on, the count starts over.
+        r.note(
+            s(61),
+            &CryptoError::UnknownClientKey(key(200)),
+            from,
+            key(0),
+        );
+        assert_eq!(r.unknown.len(), 1);
+        assert!(r.unknown.contains(&key(200)));
     }
 }
