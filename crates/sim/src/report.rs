@@ -450,6 +450,14 @@ impl Report {
             .collect();
         let engine = outcome.engines.as_ref().map(|(c, s)| {
             let (cs, ss) = (c.stats(), s.stats());
+            // A per-link counter summed over both ends' links.
+            let links_sum = |f: fn(&latebind_proto::LinkStats) -> u64| -> u64 {
+                [c, s]
+                    .iter()
+                    .flat_map(|e| e.all_link_stats())
+                    .map(|(_, st)| f(&st))
+                    .sum()
+            };
             EngineReport {
                 aqm_dropped: cs.queues.aqm_dropped + ss.queues.aqm_dropped,
                 aqm_marked: cs.queues.aqm_marked + ss.queues.aqm_marked,
@@ -476,11 +484,7 @@ impl Report {
                 reinjections_cancelled: cs.reinjections_cancelled + ss.reinjections_cancelled,
                 reinjections_returned: cs.reinjections_returned + ss.reinjections_returned,
                 reinjections_expired: cs.reinjections_expired + ss.reinjections_expired,
-                suspected: [c, s]
-                    .iter()
-                    .flat_map(|e| e.all_link_stats())
-                    .map(|(_, st)| st.suspected)
-                    .sum(),
+                suspected: links_sum(|st| st.suspected),
                 longest_suspect_ms: round3(
                     [c, s]
                         .iter()
@@ -491,16 +495,8 @@ impl Report {
                         .as_secs_f64()
                         * 1e3,
                 ),
-                probes_unheard: [c, s]
-                    .iter()
-                    .flat_map(|e| e.all_link_stats())
-                    .map(|(_, st)| st.probes_unheard)
-                    .sum(),
-                acks_around: [c, s]
-                    .iter()
-                    .flat_map(|e| e.all_link_stats())
-                    .map(|(_, st)| st.acks_around)
-                    .sum(),
+                probes_unheard: links_sum(|st| st.probes_unheard),
+                acks_around: links_sum(|st| st.acks_around),
                 reinject_after_max_ms: round3(
                     cs.reinject_after_max
                         .max(ss.reinject_after_max)
