@@ -162,20 +162,18 @@ fn inspect(frame: &Frame<'_>) {
             assert!(entries.len() <= wire::MAX_LOSS_ENTRIES);
             let _ = format!("{report:?}");
         }
-        Frame::Data(data) => {
-            match data.form {
-                wire::DataForm::Full => assert!(data.payload.len() <= wire::MAX_DATA_PAYLOAD),
-                wire::DataForm::Template { slot, hlen, .. } => {
-                    assert!(usize::from(slot) < wire::MAX_TEMPLATE_SLOTS);
-                    assert!(hlen > 0 && usize::from(hlen) <= wire::MAX_TEMPLATE_LEN);
-                    assert!(usize::from(hlen) <= data.payload.len());
-                }
-                wire::DataForm::Compact { slot, generation } => {
-                    assert!(usize::from(slot) < wire::MAX_TEMPLATE_SLOTS);
-                    assert!(u32::from(generation) < 1 << wire::COMPACT_GENERATION_BITS);
-                }
+        Frame::Data(data) => match data.form {
+            wire::DataForm::Full => assert!(data.payload.len() <= wire::MAX_DATA_PAYLOAD),
+            wire::DataForm::Template { slot, hlen, .. } => {
+                assert!(usize::from(slot) < wire::MAX_TEMPLATE_SLOTS);
+                assert!(hlen > 0 && usize::from(hlen) <= wire::MAX_TEMPLATE_LEN);
+                assert!(usize::from(hlen) <= data.payload.len());
             }
-        }
+            wire::DataForm::Compact { slot, generation } => {
+                assert!(usize::from(slot) < wire::MAX_TEMPLATE_SLOTS);
+                assert!(u32::from(generation) < 1 << wire::COMPACT_GENERATION_BITS);
+            }
+        },
         Frame::Padding
         | Frame::Ping
         | Frame::Probe { .. }
