@@ -1163,8 +1163,12 @@ fn unknown_client_key_gets_no_tunnel() {
     let client_key = Net::key();
     let other = Net::key();
     net.start(&client_key, &other.1);
-    // The client warns once its handshake has gone unanswered for 3 s.
-    std::thread::sleep(Duration::from_millis(3500));
+    // The client warns once its handshake has gone unanswered for 3 s (its fourth
+    // attempt); wait for that, at most 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !net.logs().contains("no answer to the handshake") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(net.status("client")["sessions"][0]["established"], false);
     assert!(
         net.status("server")["handshakes_rejected"]
