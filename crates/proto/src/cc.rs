@@ -528,9 +528,11 @@ impl Controller {
     /// the clocks' offset (a datagram sent at `t` on this end's clock arrives, without a
     /// queue, at `t` plus this on the peer's), if one-way samples came.
     pub(crate) fn owd_floor_ns(&self) -> Option<i128> {
-        (self.has_owd && !self.owd_min.empty)
-            .then(|| i128::try_from(self.owd_min.get().as_nanos()).ok())
-            .flatten()
+        if !self.has_owd || self.owd_min.empty {
+            return None;
+        }
+        i128::try_from(self.owd_min.get().as_nanos())
+            .ok()
             .map(|v| v - OWD_BIAS)
     }
 
