@@ -2,7 +2,9 @@
 """Two builds side by side in the lab: runs one scenario with build A, then build B, N
 times in turn (so that the machine's drift over the session falls on both alike), and
 prints each run's flows (goodput, latency p50 / p95 / p99, lost) and each flow's
-goodput per second, then each flow's goodput over the runs of each build. As root.
+goodput per second, then each flow's goodput over the runs of each build. With more than
+one flow (a tunnel's transfer beside one outside it), also each flow's share of their
+goodput, per run and over the runs. As root.
 
   scripts/lab-pairs.py BIN_A BIN_B N SCENARIO [latebind lab arguments ...]
 
@@ -56,9 +58,11 @@ def main():
         if not os.access(binary, os.X_OK):
             sys.exit(f"{binary}: not an executable latebind binary")
     goodput = {"A": {}, "B": {}}
+    shares = {"A": {}, "B": {}}
     for i in range(n):
         for label, binary in (("A", a), ("B", b)):
             report, per_s = run(binary, scenario, extra)
+            total = sum(f["goodput_mbps"] for f in report["flows"])
             for f in report["flows"]:
                 lat = f["latency_ms"]
                 goodput[label].setdefault(f["name"], []).append(f["goodput_mbps"])
@@ -69,6 +73,13 @@ def main():
                 )
                 if f["name"] in per_s:
                     print("    per s:", " ".join(f"{x:.1f}" for x in per_s[f["name"]]))
+            if len(report["flows"]) > 1 and total > 0:
+                for f in report["flows"]:
+                    shares[label].setdefault(f["name"], []).append(100 * f["goodput_mbps"] / total)
+                print(
+                    f"pair {i + 1} {label} shares: "
+                    + ", ".join(f"{f['name']} {100 * f['goodput_mbps'] / total:.1f} %" for f in report["flows"])
+                )
             sys.stdout.flush()
     for label, binary in (("A", a), ("B", b)):
         for name, v in goodput[label].items():
@@ -76,6 +87,12 @@ def main():
                 f"{label} ({binary}) {name}: mean {statistics.mean(v):.2f} Mb/s, "
                 f"{min(v):.2f}-{max(v):.2f} over {len(v)} runs"
             )
+            share = shares[label].get(name)
+            if share:
+                print(
+                    f"{label} ({binary}) {name}: share mean {statistics.mean(share):.1f} %, "
+                    f"{min(share):.1f}-{max(share):.1f} over {len(share)} runs"
+                )
 
 
 if __name__ == "__main__":
