@@ -74,11 +74,12 @@ def main():
                 if f["name"] in per_s:
                     print("    per s:", " ".join(f"{x:.1f}" for x in per_s[f["name"]]))
             if len(report["flows"]) > 1 and total > 0:
-                for f in report["flows"]:
-                    shares[label].setdefault(f["name"], []).append(100 * f["goodput_mbps"] / total)
+                run_shares = [(f["name"], 100 * f["goodput_mbps"] / total) for f in report["flows"]]
+                for name, share in run_shares:
+                    shares[label].setdefault(name, []).append(share)
                 print(
                     f"pair {i + 1} {label} shares: "
-                    + ", ".join(f"{f['name']} {100 * f['goodput_mbps'] / total:.1f} %" for f in report["flows"])
+                    + ", ".join(f"{name} {share:.1f} %" for name, share in run_shares)
                 )
             sys.stdout.flush()
     for label, binary in (("A", a), ("B", b)):
