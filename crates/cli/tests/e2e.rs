@@ -1198,7 +1198,18 @@ fn a_client_with_another_server_key_is_told_in_the_servers_log() {
     net.client_server_key = Some(Net::key().1);
     let client_key = Net::key();
     net.start(&client_key, &client_key.1.clone());
-    std::thread::sleep(Duration::from_millis(2500));
+    // Several refusals (the client retries each second), so that "once" is tested: wait
+    // for four, at most 10 s, rather than for a fixed time.
+    let rejected = || {
+        net.status("server")["handshakes_rejected"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rejected() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(rejected() >= 4, "{}", net.logs());
     assert_eq!(net.status("client")["sessions"][0]["established"], false);
     let logs = net.logs();
     assert_eq!(
