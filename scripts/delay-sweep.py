@@ -43,27 +43,15 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from traces import NAMES, TRACES, capacity, trace_sets  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("LATEBIND_BIN") or os.path.join(ROOT, "target", "release", "latebind")
-TRACES = os.path.join(ROOT, "..", "shared", "traces")
-NAMES = [
-    "TMobile-LTE-short",
-    "Verizon-LTE-short",
-    "TMobile-UMTS-driving",
-    "ATT-LTE-driving-2016",
-    "Verizon-EVDO-driving",
-]
 
 
 # One-way delays of the trace link given by --delays, if any.
 DELAYS = None
-
-
-def capacity(path, secs=30):
-    """Mean capacity (Mb/s) of a mahimahi trace over its first `secs` seconds."""
-    with open(path) as f:
-        n = sum(1 for line in f if line.strip() and int(line) <= secs * 1000)
-    return n * 1500 * 8 / secs / 1e6
 
 
 def sim(scenario, sets, mode="late"):
@@ -78,13 +66,6 @@ def each(delays, run):
     """`run` at each delay, two at a time."""
     with ThreadPoolExecutor(2) as ex:
         return list(ex.map(run, delays))
-
-
-def trace_sets(link, name):
-    return [
-        f'links.{link}.trace_up="../../shared/traces/{name}.up"',
-        f'links.{link}.trace_down="../../shared/traces/{name}.down"',
-    ]
 
 
 def single_run(name, d, delay, extra):

@@ -24,24 +24,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from traces import NAMES, TRACES, capacity, trace_sets  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("LATEBIND_BIN") or os.path.join(ROOT, "target", "release", "latebind")
-TRACES = os.path.join(ROOT, "..", "shared", "traces")
-NAMES = [
-    "Verizon-LTE-short",
-    "TMobile-LTE-short",
-    "TMobile-UMTS-driving",
-    "ATT-LTE-driving-2016",
-    "Verizon-EVDO-driving",
-]
 SCENARIO = os.path.join(ROOT, "scenarios", "aggregate-3.toml")
-
-
-def capacity(path, secs=30):
-    """Mean capacity (Mb/s) of a mahimahi trace over its first `secs` seconds."""
-    with open(path) as f:
-        n = sum(1 for line in f if line.strip() and int(line) <= secs * 1000)
-    return n * 1500 * 8 / secs / 1e6
 
 
 def fixed_only(directory):
@@ -82,14 +70,6 @@ def row(label, cap, j, fixed):
     return g
 
 
-def trace_sets(name, extra=()):
-    return [
-        f'links.2.trace_up="../../shared/traces/{name}.up"',
-        f'links.2.trace_down="../../shared/traces/{name}.down"',
-        *extra,
-    ]
-
-
 def main():
     argv = sys.argv[1:]
     with tempfile.TemporaryDirectory() as d:
@@ -100,7 +80,7 @@ def main():
             for name in NAMES:
                 cap = 15 + capacity(os.path.join(TRACES, f"{name}.up"))
                 for where in ["client", "network"]:
-                    sets = trace_sets(name, [f'links.2.uplink_bottleneck="{where}"'])
+                    sets = trace_sets(2, name) + [f'links.2.uplink_bottleneck="{where}"']
                     row(f"sim {name} ({where})", cap, run("sim", SCENARIO, "late", sets), fixed)
             return
         if os.geteuid() != 0:
@@ -111,9 +91,9 @@ def main():
         for name in NAMES:
             cap = 15 + capacity(os.path.join(TRACES, f"{name}.up"))
             for i in range(n):
-                row(f"lab late {name} #{i + 1}", cap, run("lab", SCENARIO, "late", trace_sets(name)), fixed["late"])
+                row(f"lab late {name} #{i + 1}", cap, run("lab", SCENARIO, "late", trace_sets(2, name)), fixed["late"])
             if "mptcp" in modes:
-                row(f"lab mptcp {name}", cap, run("lab", SCENARIO, "mptcp", trace_sets(name)), fixed["mptcp"])
+                row(f"lab mptcp {name}", cap, run("lab", SCENARIO, "mptcp", trace_sets(2, name)), fixed["mptcp"])
 
 
 if __name__ == "__main__":
