@@ -621,9 +621,9 @@ impl Aggregate {
     /// would deliver `err` before one sent on `id` now arrives, so that it seldom comes
     /// before the packets ahead of it in the flow. One that does waits at the receiver,
     /// and one that waits past the receiver's hold has the gap before it given up, the
-    /// inner transport seeing it out of order: aimed at the forecast, or `err` early, a
-    /// download beside a cellular trace met its 1 s timeout in 3 and 6 of ten runs
-    /// (`docs/RESULTS.md` 21.2). The cost is that each packet of `id` holds what the
+    /// inner transport seeing it out of order: aimed at the forecast, or `err` early, the
+    /// simulator's download beside a cellular trace met its 1 s timeout in 3 and 6 of ten
+    /// runs (`docs/RESULTS.md` 21.2). The cost is that each packet of `id` holds what the
     /// links ahead deliver over about `err`, longer when it comes later still (a cellular
     /// link's pauses: 21.2's ATT trace). Rates are the slower of the drain rate and the
     /// rate acknowledgements measured. And it is taken only where it holds less at the
@@ -1265,8 +1265,9 @@ mod tests {
         // after the head would through the best link (16.72 ms). Not the head, then, but
         // the packet the best link would deliver a packet's time on it (2.24 ms; no RTT
         // variation) before then, the aim late by the forecast's error: 11.04 ms at 5
-        // Mbit/s, 6900 bytes of the backlog ahead of it. The receiver holds 1400 bytes for 2.24 ms per packet
-        // of the slower link, instead of 13.28 ms of the best link's packets.
+        // Mbit/s, 6900 bytes of the backlog ahead of it. The receiver holds 1400 bytes
+        // for 2.24 ms per packet of the slower link, instead of 13.28 ms of the best
+        // link's packets.
         let links = [view(0, 20, 2), view(1, 60, 0)];
         let mut in_order = Aggregate {
             arrival_order: true,
