@@ -10,8 +10,8 @@ trace link add to the bond, or drag it down? The figures of docs/RESULTS.md 21.2
   scripts/lab-three.py --sim                the simulator, one run of each at the file's
       delay, with the trace link's bottleneck at the client (the file's) and in the network
 
-Each row: goodput (Mb/s and % of the links' sum: 15 Mb/s plus the trace's mean over the
-30 s), the flow's p95 latency, what each link carried (the emulator's or the link model's
+Each row: goodput (Mb/s and % of the links' sum: the fixed links' rates plus the trace's
+mean over the scenario's run, both read from the file), the flow's p95 latency, what each link carried (the emulator's or the link model's
 bytes, every header counted), goodput over those bytes, and the goodput less what the two
 fixed links alone gave the same stack ("over fixed"; below 0, the trace link drags the
 bond down).
@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from traces import NAMES, TRACES, capacity, trace_sets  # noqa: E402
@@ -30,6 +31,11 @@ from traces import NAMES, TRACES, capacity, trace_sets  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("LATEBIND_BIN") or os.path.join(ROOT, "target", "release", "latebind")
 SCENARIO = os.path.join(ROOT, "scenarios", "aggregate-3.toml")
+with open(SCENARIO, "rb") as _f:
+    _SPEC = tomllib.load(_f)
+# The run's length, and the fixed links' sum (the links without a trace).
+DURATION = float(_SPEC["scenario"]["duration_s"])
+FIXED_MBPS = sum(l["rate_mbps"] for l in _SPEC["links"] if "trace_up" not in l)
 
 
 def fixed_only(directory):
@@ -57,8 +63,7 @@ def run(tool, scenario, mode, sets):
 
 def row(label, cap, j, fixed):
     flow = j["flows"][0]
-    secs = 30.0
-    links = [l["bytes_delivered"][0] * 8 / secs / 1e6 for l in j["links"]]
+    links = [l["bytes_delivered"][0] * 8 / DURATION / 1e6 for l in j["links"]]
     g = flow["goodput_mbps"]
     over = "" if fixed is None else f"  over fixed {g - fixed:+5.2f}"
     print(
@@ -76,9 +81,9 @@ def main():
         fixed_file = fixed_only(d)
         if "--sim" in argv:
             j = run("sim", fixed_file, "late", [])
-            fixed = row("sim, fixed links alone", 15.0, j, None)
+            fixed = row("sim, fixed links alone", FIXED_MBPS, j, None)
             for name in NAMES:
-                cap = 15 + capacity(os.path.join(TRACES, f"{name}.up"))
+                cap = FIXED_MBPS + capacity(os.path.join(TRACES, f"{name}.up"), DURATION)
                 for where in ["client", "network"]:
                     sets = trace_sets(2, name) + [f'links.2.uplink_bottleneck="{where}"']
                     row(f"sim {name} ({where})", cap, run("sim", SCENARIO, "late", sets), fixed)
@@ -87,9 +92,9 @@ def main():
             sys.exit("the lab needs root (or run with --sim)")
         n = int(next((a for a in argv if a.isdigit()), "2"))
         modes = ["late"] + (["mptcp"] if "--mptcp" in argv else [])
-        fixed = {m: row(f"lab {m}, fixed links alone", 15.0, run("lab", fixed_file, m, []), None) for m in modes}
+        fixed = {m: row(f"lab {m}, fixed links alone", FIXED_MBPS, run("lab", fixed_file, m, []), None) for m in modes}
         for name in NAMES:
-            cap = 15 + capacity(os.path.join(TRACES, f"{name}.up"))
+            cap = FIXED_MBPS + capacity(os.path.join(TRACES, f"{name}.up"), DURATION)
             for i in range(n):
                 row(f"lab late {name} #{i + 1}", cap, run("lab", SCENARIO, "late", trace_sets(2, name)), fixed["late"])
             if "mptcp" in modes:
