@@ -387,13 +387,25 @@ struct RxFlow {
     /// The flow's 5-tuple, from its first packet that parses.
     key: Option<FlowKey>,
     counts: FlowCounts,
-    /// Packets received (first copies) over each link, by link index.
-    by_link: Vec<u64>,
+    /// Per link index: first copies received over it, and the flow's packet it delivered
+    /// last ([`FlowLinkRx`]).
+    by_link: Vec<FlowLinkRx>,
     play: Option<Box<Playout>>,
     /// The flow's sender re-sends its losses (its latest packet came as DATA_RECOVERED).
     repaired: bool,
     /// The highest global sequence of the flow's packets received.
     newest_gseq: u64,
+}
+
+/// What one link delivered of one flow.
+#[derive(Clone, Copy, Debug, Default)]
+struct FlowLinkRx {
+    /// First copies received over the link.
+    received: u64,
+    /// One past the highest flow sequence it delivered (0: none), and when it last
+    /// delivered one of the flow's packets.
+    past: u64,
+    at: Instant,
 }
 
 /// One [`LINK_MEMORY`] of a flow's packets.
@@ -426,6 +438,29 @@ impl RxFlow {
             .key
             .is_some_and(|k| k.protocol == crate::classify::PROTO_TCP);
         (tcp || self.repaired) && !self.arrives_as_copies()
+    }
+
+    /// Whether a link that was carrying the flow when `first`, the first packet held
+    /// behind its gap, came (it delivered one of the flow's packets within the hold
+    /// before) has delivered none past the gap since, in a flow whose sender re-sends its
+    /// losses. Such a sender takes an aggregate flow's packets from behind the head for a
+    /// slower link, aimed to arrive about when the faster links have delivered the
+    /// packets ahead of them (4.2 of `docs/protocol.md`); those are bound after it, so no
+    /// global sequence marks them ([`Held::bound_by`] is the newest received). A faster
+    /// link that pauses (a cellular uplink's scheduling gap) delivers them late, and
+    /// giving the gap up then makes the inner TCP re-send a window. Each link delivers
+    /// the flow's packets in the order it sends them, mostly in flow order, so a link
+    /// that delivered one past the gap has passed it (a packet lost on it is re-sent,
+    /// which the hold of such a flow, a resend's wait, covers).
+    fn link_behind_gap(&self, first: &Held, now: Instant) -> bool {
+        if !self.repaired {
+            return false;
+        }
+        let hold = first.held_until.unwrap_or(first.deadline) - first.arrived;
+        let since = first.arrived.saturating_sub(hold);
+        self.by_link
+            .iter()
+            .any(|l| l.past > 0 && l.past <= self.next && l.at >= since && now - l.at < LINK_MEMORY)
     }
 
     /// Whether the flow's packets lately came as copies (its sender sends each on several
@@ -563,27 +598,47 @@ impl Reorder {
         let mut i = 0;
         while i < self.waiting.len() {
             let id = self.waiting[i];
-            let Some(f) = self.flows.get_mut(&id) else {
+            if self.unwait(now, id) {
                 self.waiting.swap_remove(i);
-                continue;
-            };
-            let first = f.held.values().next();
-            if first.is_some_and(|h| {
-                h.bound_by.is_some_and(|g| {
-                    may_still_come(&self.rx_links, f.links(), self.not_up, g, h.arrived, now)
-                })
-            }) {
+            } else {
                 i += 1;
-                continue;
             }
-            self.waiting.swap_remove(i);
-            for h in f.held.values_mut() {
-                if let Some(t) = h.held_until.take() {
-                    h.deadline = t;
-                }
-            }
-            Self::reschedule(&mut self.due, id, f);
         }
+    }
+
+    /// Whether the first packet held in `f` is worth waiting for past its hold time: a
+    /// link that was carrying the flow has not passed its gap
+    /// ([`RxFlow::link_behind_gap`]), or the gap [`may_still_come`] by the global sequence.
+    fn first_may_still_come(
+        f: &RxFlow,
+        links: &[(u64, Instant)],
+        not_up: u64,
+        now: Instant,
+    ) -> bool {
+        f.held.values().next().is_some_and(|h| {
+            f.link_behind_gap(h, now)
+                || h.bound_by
+                    .is_some_and(|g| may_still_come(links, f.links(), not_up, g, h.arrived, now))
+        })
+    }
+
+    /// For flow `id`, waiting past its hold time (`waiting`): whether that is over (the
+    /// flow is gone, or its first held packet no longer [`Self::first_may_still_come`]),
+    /// and if so the hold time is back in force. The caller takes `id` off `waiting`.
+    fn unwait(&mut self, now: Instant, id: FlowId) -> bool {
+        let Some(f) = self.flows.get_mut(&id) else {
+            return true;
+        };
+        if Self::first_may_still_come(f, &self.rx_links, self.not_up, now) {
+            return false;
+        }
+        for h in f.held.values_mut() {
+            if let Some(t) = h.held_until.take() {
+                h.deadline = t;
+            }
+        }
+        Self::reschedule(&mut self.due, id, f);
+        true
     }
 
     /// The flow sequence number `flow` expects next (0 for a flow not seen yet).
@@ -688,8 +743,8 @@ impl Reorder {
                     .by_link
                     .iter()
                     .enumerate()
-                    .filter(|&(_, &n)| n > 0)
-                    .map(|(i, &n)| (link_id(i), n))
+                    .filter(|&(_, by)| by.received > 0)
+                    .map(|(i, by)| (link_id(i), by.received))
                     .collect(),
             })
             .collect()
@@ -750,9 +805,12 @@ impl Reorder {
             Self::note(f, now, l);
             f.window[0].firsts = f.window[0].firsts.saturating_add(1);
             if f.by_link.len() <= l {
-                f.by_link.resize(l + 1, 0);
+                f.by_link.resize(l + 1, FlowLinkRx::default());
             }
-            f.by_link[l] += 1;
+            let by = &mut f.by_link[l];
+            by.received += 1;
+            by.past = by.past.max(seq.saturating_add(1));
+            by.at = now;
         }
         if self.align
             && let (Some(l), Some(g)) = (link, gseq)
@@ -838,6 +896,13 @@ impl Reorder {
             Self::skip_lost(f, &self.rx_links, live, now, &mut self.out, &mut self.stats);
         }
         Self::reschedule(&mut self.due, flow, f);
+        // This packet may have been the one its link needed to pass the flow's gap
+        // ([`RxFlow::link_behind_gap`]), after `note_rx` looked.
+        if let Some(i) = self.waiting.iter().position(|&id| id == flow)
+            && self.unwait(now, flow)
+        {
+            self.waiting.swap_remove(i);
+        }
     }
 
     /// Gives up, at once, the gaps of a flow whose sender does not re-send its losses
@@ -1005,16 +1070,14 @@ impl Reorder {
             };
             f.due = None;
             // The first gap's packet may still be on a link that is behind it or quiet
-            // (`may_still_come`): its hold time waits until that link passes the gap or
+            // (`first_may_still_come`): its hold time waits until that link passes the gap or
             // delivers again (`note_rx`), at most the longest hold from the first packet
             // held, in a flow for which waiting is worth it (`RxFlow::waits_for_links`).
             let first = f.held.values().next().filter(|_| f.waits_for_links());
             let until = first.and_then(|h| {
-                let g = h.bound_by?;
                 let until = h.arrived + self.max_extra;
-                (now < until
-                    && may_still_come(&self.rx_links, f.links(), self.not_up, g, h.arrived, now))
-                .then_some(until)
+                (now < until && Self::first_may_still_come(f, &self.rx_links, self.not_up, now))
+                    .then_some(until)
             });
             if let Some(until) = until {
                 for h in f.held.values_mut().filter(|h| h.deadline <= now) {
@@ -1633,15 +1696,19 @@ mod tests {
     /// 8, bound for link 1 before 2..=4 were for link 0 (global sequence 11), comes at
     /// 20 ms. 5..=7 were planned for link 0, which delivers nothing after 4; they come
     /// again over link 1 at 100 ms. `up`: whether link 0 is up here; `delivers`: whether
-    /// it goes on delivering another flow's packets meanwhile.
-    fn taken_from_behind_then_link_0_quiet(up: bool, delivers: bool) -> (Reorder, Vec<u8>) {
+    /// it goes on delivering another flow's packets meanwhile; `hold`: 8's hold time.
+    fn taken_from_behind_then_link_0_quiet(
+        up: bool,
+        delivers: bool,
+        hold: Duration,
+    ) -> (Reorder, Vec<u8>) {
         let mut r = Reorder::new(100, 0);
         r.max_extra = ms(500);
         for s in 0..5 {
             r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
         }
         r.not_up = if up { 0 } else { 0b01 };
-        r.insert_copy(t(20), HOLD, FlowId(1), 1, 11, 8, vec![8], true);
+        r.insert_copy(t(20), hold, FlowId(1), 1, 11, 8, vec![8], true);
         // Link 1 goes on past flow 1's newest packet (4: another flow's), so that it
         // is not behind the gap either.
         r.insert_copy(t(25), HOLD, FlowId(3), 1, 15, 0, vec![9], true);
@@ -1664,19 +1731,21 @@ mod tests {
 
     #[test]
     fn a_gap_waits_while_a_link_not_up_is_quiet_though_it_passed_the_gap() {
-        // Link 0 has delivered past 8's global sequence, so it is not behind the gap;
-        // but it is down here and has delivered nothing since 8 came, and the sender
+        // Link 0 has delivered past 8's global sequence, so it is not behind the gap.
+        // 8's hold is 10 ms, and flow 1's last packet over link 0 came 16 ms before 8,
+        // so the flow is not taken to be still on it (`RxFlow::link_behind_gap`). But
+        // link 0 is down here and has delivered nothing since 8 came, and the sender
         // moves what it planned for it (5..=7) to link 1 once it finds it down: the gap
         // waits.
-        let (r, out) = taken_from_behind_then_link_0_quiet(false, false);
+        let (r, out) = taken_from_behind_then_link_0_quiet(false, false, ms(10));
         assert_eq!(out, vec![0, 1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(r.stats.gaps_skipped, 0);
         assert_eq!(r.stats.waited_for_links, 1);
         // A link that goes on delivering is not quiet, and a quiet one that is up here
         // (its sender sent it nothing more) is no sign of packets on the way: the gap
-        // is given up at 8's hold time (70 ms), and 5..=7 come late.
+        // is given up at 8's hold time (30 ms), and 5..=7 come late.
         for (up, delivers) in [(false, true), (true, false)] {
-            let (r, out) = taken_from_behind_then_link_0_quiet(up, delivers);
+            let (r, out) = taken_from_behind_then_link_0_quiet(up, delivers, ms(10));
             assert_eq!(
                 out,
                 vec![0, 1, 2, 3, 4, 8, 5, 6, 7],
@@ -1686,6 +1755,61 @@ mod tests {
             assert_eq!(r.stats.late_delivered, 3);
             assert_eq!(r.stats.waited_for_links, 0);
         }
+    }
+
+    #[test]
+    fn a_repaired_flows_gap_waits_for_a_link_that_carried_it_until_the_gap_came() {
+        // As above with a 50 ms hold for 8: link 0 delivered flow 1's 4 16 ms before 8
+        // came, within 8's hold, and nothing of flow 1 past the gap (5) since. Whether
+        // link 0 is up here or not, quiet or delivering another flow's packets, the gap
+        // waits until 5..=7 come (at 100 ms, 30 ms past 8's hold), in order.
+        for (up, delivers) in [(false, false), (false, true), (true, false), (true, true)] {
+            let (r, out) = taken_from_behind_then_link_0_quiet(up, delivers, HOLD);
+            let case = format!("up {up}, delivers {delivers}");
+            assert_eq!(out, vec![0, 1, 2, 3, 4, 5, 6, 7, 8], "{case}");
+            assert_eq!(r.stats.gaps_skipped, 0, "{case}");
+            assert_eq!(r.stats.waited_for_links, 1, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_repaired_flows_gap_is_given_up_once_the_link_that_carried_it_passes_it() {
+        // Flow 1's 0..=4 over link 0; 8, taken from behind the head, over link 1 at
+        // 20 ms (hold 50 ms); link 0 then delivers 6 at 25 ms: 5 was lost on it, and
+        // link 0 has passed the gap. Link 1 goes on past 6's global sequence (16) with
+        // another flow's packet, so that no link is behind the gap by that either. The
+        // hold is in force: at 69 ms nothing more, at 70 ms (8's deadline) 5 and 7 are
+        // given up.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        for s in 0..5 {
+            r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
+        }
+        r.insert_copy(t(20), HOLD, FlowId(1), 1, 15, 8, vec![8], true);
+        r.insert_copy(t(25), HOLD, FlowId(1), 0, 16, 6, vec![6], true);
+        r.insert_copy(t(26), HOLD, FlowId(2), 1, 17, 0, vec![9], true);
+        let mut out = drain(&mut r);
+        assert_eq!(at(&mut r, t(69)), Vec::<u8>::new());
+        out.extend(at(&mut r, t(70)));
+        out.retain(|&b| b != 9);
+        assert_eq!(out, vec![0, 1, 2, 3, 4, 6, 8]);
+        assert_eq!(r.stats.gaps_skipped, 2);
+        assert_eq!(r.stats.waited_for_links, 0);
+        // Had link 0 delivered another flow's packet instead, it would not have passed
+        // flow 1's gap, and the gap waits: the rule, not the timing, made the difference.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        for s in 0..5 {
+            r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
+        }
+        r.insert_copy(t(20), HOLD, FlowId(1), 1, 15, 8, vec![8], true);
+        r.insert_copy(t(25), HOLD, FlowId(2), 0, 16, 0, vec![9], true);
+        assert_eq!(drain(&mut r), vec![0, 1, 2, 3, 4, 9]);
+        assert_eq!(at(&mut r, t(70)), Vec::<u8>::new());
+        assert_eq!(r.stats.waited_for_links, 1);
+        // ... no longer than the longest hold from 8's arrival.
+        assert_eq!(at(&mut r, t(519)), Vec::<u8>::new());
+        assert_eq!(at(&mut r, t(520)), vec![8]);
     }
 
     #[test]
