@@ -616,24 +616,26 @@ impl Aggregate {
     /// ([`Binding::Behind`]; earliest-arrival scheduling), so that the flow arrives in
     /// order.
     ///
-    /// That place is a forecast, aimed late by how far off it may be (`err`: both links'
+    /// That place is a forecast, aimed early by how far off it may be (`err`: both links'
     /// RTT variation and a packet's time on the link ahead): the packet the links ahead
-    /// would deliver `err` before one sent on `id` now arrives, so that it seldom comes
-    /// before the packets ahead of it in the flow. One that does waits at the receiver,
-    /// and one that waits past the receiver's hold has the gap before it given up, the
-    /// inner transport seeing it out of order: aimed at the forecast, or `err` early, the
-    /// simulator's download beside a cellular trace met its 1 s timeout in 3 and 6 of ten
-    /// runs (`docs/RESULTS.md` 21.2). The cost is that each packet of `id` holds what the
-    /// links ahead deliver over about `err`, longer when it comes later still (a cellular
-    /// link's pauses: 21.2's ATT trace). Rates are the slower of the drain rate and the
-    /// rate acknowledgements measured. And it is taken only where it holds less at the
-    /// receiver (bytes times seconds, per second) than the head would: sent from the
-    /// head, the packet holds what the links ahead deliver over its lag; sent from
-    /// behind, about `err` for each packet of `id`, and a packet lost on a link ahead
-    /// holds those of `id` that come while it is found lost and sent again, where from
-    /// the head its repair mostly fits in the lag. A slow link far away beside a fast one
-    /// takes from behind; a fast link far away beside a slow, lossy one near takes the
-    /// head (`docs/RESULTS.md` 8.7).
+    /// would deliver `err` after one sent on `id` now arrives, so that it seldom comes
+    /// after the packets behind it in the flow and holds them all at the receiver. It
+    /// waits there itself instead, about `err`, for the packets ahead of it. A link ahead
+    /// that pauses (a cellular uplink's scheduling gaps) delivers those later than the
+    /// receiver's hold, which then waits on while that link has not delivered past the
+    /// gap (`RxFlow::link_behind_gap` in `reorder.rs`): without that, the simulator's
+    /// download beside a cellular trace met its 1 s timeout in 6 of ten runs
+    /// (`docs/RESULTS.md` 21.3). Aimed late by `err` instead, each packet of `id` held
+    /// what the links ahead deliver over about `err`, longer when it came later still,
+    /// and 21.2's ATT trace dragged the bond below the two fixed links alone. Rates are
+    /// the slower of the drain rate and the rate acknowledgements measured. And it is
+    /// taken only where it holds less at the receiver (bytes times seconds, per second)
+    /// than the head would: sent from the head, the packet holds what the links ahead
+    /// deliver over its lag; sent from behind, each packet of `id` waits about `err`,
+    /// and a packet lost on a link ahead holds those of `id` that come while it is found
+    /// lost and sent again, where from the head its repair mostly fits in the lag. A slow
+    /// link far away beside a fast one takes from behind; a fast link far away beside a
+    /// slow, lossy one near takes the head (`docs/RESULTS.md` 8.7).
     fn behind(now: Instant, packet: &PacketMeta, links: &[LinkView], id: LinkId) -> Binding {
         let Some(link) = links.iter().find(|l| l.id == id) else {
             return Binding::Link(id);
@@ -661,7 +663,7 @@ impl Aggregate {
         let (mut ahead, mut held_head, mut held_behind) = (0.0, 0.0, rate * err);
         for (l, lag) in ahead_links() {
             let rate_l = rate_of(l);
-            ahead += (lag - err).max(0.0) * rate_l;
+            ahead += (lag + err) * rate_l;
             held_head += lag * rate_l;
             // Found lost as the receiver's wait for a resend counts it (4.4), and sent
             // again over the link.
@@ -1264,8 +1266,8 @@ mod tests {
         // As above: a packet sent on the slower link now arrives 30 ms from now, 13.28 ms
         // after the head would through the best link (16.72 ms). Not the head, then, but
         // the packet the best link would deliver a packet's time on it (2.24 ms; no RTT
-        // variation) before then, the aim late by the forecast's error: 11.04 ms at 5
-        // Mbit/s, 6900 bytes of the backlog ahead of it. The receiver holds 1400 bytes
+        // variation) after then, the aim early by the forecast's error: 15.52 ms at 5
+        // Mbit/s, 9700 bytes of the backlog ahead of it. The receiver holds 1400 bytes
         // for 2.24 ms per packet of the slower link, instead of 13.28 ms of the best
         // link's packets.
         let links = [view(0, 20, 2), view(1, 60, 0)];
@@ -1274,21 +1276,21 @@ mod tests {
         };
         assert_eq!(
             in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
-            Binding::Behind(LinkId(1), 6900)
+            Binding::Behind(LinkId(1), 9700)
         );
         // Without `arrival_order`, the head.
         assert_eq!(
             Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
             Binding::Link(LinkId(1))
         );
-        // RTT variation moves it nearer the head still: 1 ms on each link, 4.24 ms in all:
-        // 9.04 ms at 5 Mbit/s, 5650 bytes.
+        // RTT variation moves it further from the head: 1 ms on each link, 4.24 ms in
+        // all: 17.52 ms at 5 Mbit/s, 10950 bytes.
         let mut varied = links;
         varied[0].rttvar = Duration::from_millis(1);
         varied[1].rttvar = Duration::from_millis(1);
         assert_eq!(
             in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &varied),
-            Binding::Behind(LinkId(1), 5650)
+            Binding::Behind(LinkId(1), 10950)
         );
     }
 
