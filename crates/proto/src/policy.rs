@@ -616,26 +616,32 @@ impl Aggregate {
     /// ([`Binding::Behind`]; earliest-arrival scheduling), so that the flow arrives in
     /// order.
     ///
-    /// That place is a forecast, aimed early by how far off it may be (`err`: both links'
-    /// RTT variation and a packet's time on the link ahead): the packet the links ahead
-    /// would deliver `err` after one sent on `id` now arrives, so that it seldom comes
-    /// after the packets behind it in the flow and holds them all at the receiver. It
-    /// waits there itself instead, about `err`, for the packets ahead of it. A link ahead
-    /// that pauses (a cellular uplink's scheduling gaps) delivers those later than the
-    /// receiver's hold, which then waits on while that link has not delivered past the
-    /// gap (`RxFlow::link_behind_gap` in `reorder.rs`): without that, the simulator's
-    /// download beside a cellular trace met its 1 s timeout in 6 of ten runs
-    /// (`docs/RESULTS.md` 21.3). Aimed late by `err` instead, each packet of `id` held
-    /// what the links ahead deliver over about `err`, longer when it came later still,
-    /// and 21.2's ATT trace dragged the bond below the two fixed links alone. Rates are
-    /// the slower of the drain rate and the rate acknowledgements measured. And it is
-    /// taken only where it holds less at the receiver (bytes times seconds, per second)
-    /// than the head would: sent from the head, the packet holds what the links ahead
-    /// deliver over its lag; sent from behind, each packet of `id` waits about `err`,
-    /// and a packet lost on a link ahead holds those of `id` that come while it is found
-    /// lost and sent again, where from the head its repair mostly fits in the lag. A slow
-    /// link far away beside a fast one takes from behind; a fast link far away beside a
-    /// slow, lossy one near takes the head (`docs/RESULTS.md` 8.7).
+    /// That place is a forecast, off by up to `err` (both links' RTT variation and a
+    /// packet's time on the link ahead) either way. Aimed early by `err` (the packet the
+    /// links ahead would deliver `err` after one sent on `id` now arrives), the packet
+    /// seldom comes after the packets behind it in the flow, and waits at the receiver
+    /// for the packets ahead of it; aimed late, the links ahead's packets wait for it. So
+    /// the aim puts the wait on the fewer bytes: early by `err` times `(ahead - rate) /
+    /// (ahead + rate)`, `rate` being `id`'s and `ahead` the links ahead's sum, which goes
+    /// smoothly from early by `err` beside much faster links to late by `err` beside
+    /// much slower ones (a switch between the two at equal rates flipped with a cellular
+    /// link's swings and stalled the flow, `docs/RESULTS.md` 21.3). A link ahead that
+    /// pauses (a cellular uplink's scheduling gaps) delivers the packets ahead later than
+    /// the receiver's hold, which then waits on while that link has not delivered past
+    /// the gap (`RxFlow::link_behind_gap` in `reorder.rs`): without that, aimed early,
+    /// the simulator's download beside a cellular trace met its 1 s timeout in 6 of ten
+    /// runs. Aimed late by `err` whatever the rates (until 21.3), each packet of a slow
+    /// link held what the fast links ahead delivered over about `err`, longer when it
+    /// came later still, and 21.2's ATT trace dragged the bond below the two fixed links
+    /// alone. Rates are the slower of the drain rate and the rate acknowledgements
+    /// measured. And it is taken only where it holds less at the receiver (bytes times
+    /// seconds, per second) than the head would: sent from the head, the packet holds
+    /// what the links ahead deliver over its lag; sent from behind, about `err` for each
+    /// packet of `id` (at most, whichever way the aim puts the wait), and a packet lost
+    /// on a link ahead holds those of `id` that come while it is found lost and sent
+    /// again, where from the head its repair mostly fits in the lag. A slow link far
+    /// away beside a fast one takes from behind; a fast link far away beside a slow,
+    /// lossy one near takes the head (`docs/RESULTS.md` 8.7).
     fn behind(now: Instant, packet: &PacketMeta, links: &[LinkView], id: LinkId) -> Binding {
         let Some(link) = links.iter().find(|l| l.id == id) else {
             return Binding::Link(id);
@@ -660,10 +666,16 @@ impl Aggregate {
                 })
                 .fold(0.0, f64::max);
         let rate = rate_of(link);
+        let rate_ahead: f64 = ahead_links().map(|(l, _)| rate_of(l)).sum();
+        let aim = if rate + rate_ahead > 0.0 {
+            err * (rate_ahead - rate) / (rate_ahead + rate)
+        } else {
+            err
+        };
         let (mut ahead, mut held_head, mut held_behind) = (0.0, 0.0, rate * err);
         for (l, lag) in ahead_links() {
             let rate_l = rate_of(l);
-            ahead += (lag + err) * rate_l;
+            ahead += (lag + aim).max(0.0) * rate_l;
             held_head += lag * rate_l;
             // Found lost as the receiver's wait for a resend counts it (4.4), and sent
             // again over the link.
@@ -1265,32 +1277,47 @@ mod tests {
     fn aggregate_sends_a_slower_link_the_packet_that_arrives_in_order_there() {
         // As above: a packet sent on the slower link now arrives 30 ms from now, 13.28 ms
         // after the head would through the best link (16.72 ms). Not the head, then, but
-        // the packet the best link would deliver a packet's time on it (2.24 ms; no RTT
-        // variation) after then, the aim early by the forecast's error: 15.52 ms at 5
-        // Mbit/s, 9700 bytes of the backlog ahead of it. The receiver holds 1400 bytes
-        // for 2.24 ms per packet of the slower link, instead of 13.28 ms of the best
-        // link's packets.
+        // the packet the best link would deliver about then. The forecast's error is a
+        // packet's time on the best link (2.24 ms; no RTT variation); both links send at
+        // 5 Mbit/s, so the aim is the forecast itself: 13.28 ms at 5 Mbit/s, 8300 bytes
+        // of the backlog ahead of it.
         let links = [view(0, 20, 2), view(1, 60, 0)];
         let mut in_order = Aggregate {
             arrival_order: true,
         };
         assert_eq!(
             in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
-            Binding::Behind(LinkId(1), 9700)
+            Binding::Behind(LinkId(1), 8300)
         );
         // Without `arrival_order`, the head.
         assert_eq!(
             Aggregate::default().bind(Instant::ZERO, &meta_backlog(40 * 1400), &links),
             Binding::Link(LinkId(1))
         );
-        // RTT variation moves it further from the head: 1 ms on each link, 4.24 ms in
-        // all: 17.52 ms at 5 Mbit/s, 10950 bytes.
-        let mut varied = links;
+        // The slower link at a third of the best one's rate: aimed early by half the
+        // error, (5 - 5/3) / (5 + 5/3), so that the wait falls mostly on its fewer
+        // packets: 14.40 ms, 9000 bytes. At three times, late by as much: 12.16 ms,
+        // 7600 bytes.
+        let mut third = links;
+        third[1].tx_rate = links[0].tx_rate / 3.0;
+        assert_eq!(
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &third),
+            Binding::Behind(LinkId(1), 9000)
+        );
+        let mut triple = links;
+        triple[1].tx_rate = links[0].tx_rate * 3.0;
+        assert_eq!(
+            in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &triple),
+            Binding::Behind(LinkId(1), 7600)
+        );
+        // RTT variation widens the error: 1 ms on each link, 4.24 ms in all, half of it
+        // early at a third of the rate: 15.40 ms at 5 Mbit/s, 9625 bytes.
+        let mut varied = third;
         varied[0].rttvar = Duration::from_millis(1);
         varied[1].rttvar = Duration::from_millis(1);
         assert_eq!(
             in_order.bind(Instant::ZERO, &meta_backlog(40 * 1400), &varied),
-            Binding::Behind(LinkId(1), 10950)
+            Binding::Behind(LinkId(1), 9625)
         );
     }
 
