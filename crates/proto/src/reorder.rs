@@ -1772,6 +1772,18 @@ mod tests {
         }
     }
 
+    /// A repaired flow 1: 0..=4 over link 0 (global sequence 10 + s, at s ms), and 8,
+    /// taken from behind the head, over link 1 at 20 ms (global sequence 15, hold 50 ms).
+    fn eight_from_behind_after_0_to_4() -> Reorder {
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        for s in 0..5 {
+            r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
+        }
+        r.insert_copy(t(20), HOLD, FlowId(1), 1, 15, 8, vec![8], true);
+        r
+    }
+
     #[test]
     fn a_repaired_flows_gap_is_given_up_once_the_link_that_carried_it_passes_it() {
         // Flow 1's 0..=4 over link 0; 8, taken from behind the head, over link 1 at
@@ -1780,12 +1792,7 @@ mod tests {
         // another flow's packet, so that no link is behind the gap by that either. The
         // hold is in force: at 69 ms nothing more, at 70 ms (8's deadline) 5 and 7 are
         // given up.
-        let mut r = Reorder::new(100, 0);
-        r.max_extra = ms(500);
-        for s in 0..5 {
-            r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
-        }
-        r.insert_copy(t(20), HOLD, FlowId(1), 1, 15, 8, vec![8], true);
+        let mut r = eight_from_behind_after_0_to_4();
         r.insert_copy(t(25), HOLD, FlowId(1), 0, 16, 6, vec![6], true);
         r.insert_copy(t(26), HOLD, FlowId(2), 1, 17, 0, vec![9], true);
         let mut out = drain(&mut r);
@@ -1797,12 +1804,7 @@ mod tests {
         assert_eq!(r.stats.waited_for_links, 0);
         // Had link 0 delivered another flow's packet instead, it would not have passed
         // flow 1's gap, and the gap waits: the rule, not the timing, made the difference.
-        let mut r = Reorder::new(100, 0);
-        r.max_extra = ms(500);
-        for s in 0..5 {
-            r.insert_copy(t(s), HOLD, FlowId(1), 0, 10 + s, s, vec![s as u8], true);
-        }
-        r.insert_copy(t(20), HOLD, FlowId(1), 1, 15, 8, vec![8], true);
+        let mut r = eight_from_behind_after_0_to_4();
         r.insert_copy(t(25), HOLD, FlowId(2), 0, 16, 0, vec![9], true);
         assert_eq!(drain(&mut r), vec![0, 1, 2, 3, 4, 9]);
         assert_eq!(at(&mut r, t(70)), Vec::<u8>::new());
