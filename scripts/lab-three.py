@@ -11,10 +11,10 @@ trace link add to the bond, or drag it down? The figures of docs/RESULTS.md 21.2
       delay, with the trace link's bottleneck at the client (the file's) and in the network
 
 Each row: goodput (Mb/s and % of the links' sum: the fixed links' rates plus the trace's
-mean over the scenario's run, both read from the file), the flow's p95 latency, what each link carried (the emulator's or the link model's
-bytes, every header counted), goodput over those bytes, and the goodput less what the two
-fixed links alone gave the same stack ("over fixed"; below 0, the trace link drags the
-bond down).
+mean over the scenario's run, both read from the file), the flow's p95 latency, what each
+link carried (the emulator's or the link model's bytes, every header counted), goodput
+over those bytes, and the goodput less what the two fixed links alone gave the same stack
+("over fixed"; below 0, the trace link drags the bond down).
 
 LATEBIND_BIN names another binary (default: target/release/latebind).
 """
@@ -92,13 +92,18 @@ def main():
             sys.exit("the lab needs root (or run with --sim)")
         n = int(next((a for a in argv if a.isdigit()), "2"))
         modes = ["late"] + (["mptcp"] if "--mptcp" in argv else [])
-        fixed = {m: row(f"lab {m}, fixed links alone", FIXED_MBPS, run("lab", fixed_file, m, []), None) for m in modes}
+        fixed = {
+            m: row(f"lab {m}, fixed links alone", FIXED_MBPS, run("lab", fixed_file, m, []), None)
+            for m in modes
+        }
         for name in NAMES:
             cap = FIXED_MBPS + capacity(os.path.join(TRACES, f"{name}.up"), DURATION)
+            sets = trace_sets(2, name)
             for i in range(n):
-                row(f"lab late {name} #{i + 1}", cap, run("lab", SCENARIO, "late", trace_sets(2, name)), fixed["late"])
+                j = run("lab", SCENARIO, "late", sets)
+                row(f"lab late {name} #{i + 1}", cap, j, fixed["late"])
             if "mptcp" in modes:
-                row(f"lab mptcp {name}", cap, run("lab", SCENARIO, "mptcp", trace_sets(2, name)), fixed["mptcp"])
+                row(f"lab mptcp {name}", cap, run("lab", SCENARIO, "mptcp", sets), fixed["mptcp"])
 
 
 if __name__ == "__main__":
