@@ -10,8 +10,8 @@
 //!     on the chosen flow's head (drop, or CE-mark an ECN-capable packet); the caller sees
 //!     the head and decides whether it can be bound to a link *now*. If not, it stays.
 //!
-//!  3. `dequeue_small_with`: the flows whose whole backlog is one small packet or a few
-//!     ([`SMALL_BACKLOG`]), oldest first, outside the round robin: what the binding point
+//!  3. `dequeue_small_with`: the flows whose waiting packets are all small
+//!     ([`SMALL_PACKET`]), oldest first, outside the round robin: what the binding point
 //!     may send past a link's full window (`LinkView::has_room_small`).
 //!
 //! Queues here are link-independent: nothing is bound to a link until the binding point.
@@ -37,11 +37,16 @@ pub(crate) struct Queued {
     pub(crate) enqueued: Instant,
 }
 
-/// A flow with at most this many bytes waiting is small: its packets may pass a link's
-/// full window (`dequeue_small_with`). RFC 791's 576 bytes, the datagram every host
-/// takes whole: a call's, a game's, a DNS query's packets and pure TCP acknowledgements
-/// fit; a bulk flow's full-size segments do not.
-pub(crate) const SMALL_BACKLOG: usize = 576;
+/// A packet of at most this many bytes is small, and so is a flow whose waiting packets
+/// all are: its packets may pass a link's full window (`dequeue_small_with`). RFC 791's
+/// 576 bytes, the datagram every host takes whole: a call's, a game's, a DNS query's
+/// packets and pure TCP acknowledgements fit; a bulk flow's full-size segments do not.
+/// By the packets' size, not the bytes waiting: a call's packets pile up while its head
+/// waits to pass a window that acknowledgements no longer open (as long as two
+/// full-size packets take at the window's rate: 150 ms at 0.16 Mbit/s), and a flow
+/// counted small only up to 576 bytes waiting (five or six of them) stopped being small
+/// before its head could pass.
+pub(crate) const SMALL_PACKET: usize = 576;
 
 /// "No node" / "no slot" in the `u32` links of the packet store and the flow index.
 const NIL: u32 = u32::MAX;
@@ -341,6 +346,8 @@ pub(crate) struct Flow {
     queue: Fifo,
     /// Bytes queued.
     pub(crate) bytes: usize,
+    /// Packets queued of more than [`SMALL_PACKET`] bytes: with none, the flow is small.
+    large: usize,
     deficit: i64,
     list: List,
     codel: Codel,
@@ -454,8 +461,8 @@ pub(crate) struct FlowQueues {
     limit_bytes: usize,
     max_flows: usize,
     idle_timeout: Duration,
-    /// Slots of flows that had at most [`SMALL_BACKLOG`] bytes waiting when a packet
-    /// came, oldest first (checked again when read: a flow may have grown, left, or given
+    /// Slots of flows whose waiting packets were all small when a packet came, oldest
+    /// first (checked again when read: a flow may have grown, left, or given
     /// its slot to another), and which slots are in it.
     small: VecDeque<usize>,
     small_listed: Vec<bool>,
@@ -655,6 +662,8 @@ impl FlowQueues {
             // uplink carries one datagram for the two.
             let old = std::mem::replace(&mut tail.data, data);
             flow.bytes = flow.bytes - old.len() + len;
+            flow.large = flow.large - usize::from(old.len() > SMALL_PACKET)
+                + usize::from(len > SMALL_PACKET);
             flow.last_active = now;
             self.bytes = self.bytes - old.len() + len;
             self.stats.enqueued += 1;
@@ -669,8 +678,9 @@ impl FlowQueues {
             },
         );
         flow.bytes += len;
+        flow.large += usize::from(len > SMALL_PACKET);
         flow.last_active = now;
-        if flow.bytes <= SMALL_BACKLOG {
+        if flow.is_small() {
             if self.small_listed.len() <= slot {
                 self.small_listed.resize(slot + 1, false);
             }
@@ -723,6 +733,7 @@ impl FlowQueues {
             policy,
             queue: Fifo::EMPTY,
             bytes: 0,
+            large: 0,
             deficit: 0,
             list: List::None,
             codel: Codel::default(),
@@ -802,7 +813,7 @@ impl FlowQueues {
         let Some(q) = self.store.pop_front(&mut flow.queue) else {
             return false;
         };
-        flow.bytes -= q.data.len();
+        flow.unqueued(q.data.len());
         self.packets -= 1;
         self.bytes -= q.data.len();
         self.stats.overflow_dropped += 1;
@@ -899,12 +910,13 @@ impl FlowQueues {
         None
     }
 
-    /// Offers the head packet of the oldest small flow (at most [`SMALL_BACKLOG`] bytes
-    /// waiting, its packet included) to `decide`, outside the round robin: for a link
+    /// Offers the head packet of the oldest small flow (its waiting packets all of at
+    /// most [`SMALL_PACKET`] bytes) to `decide`, outside the round robin: for a link
     /// whose window is full, where one more small packet adds little to its bottleneck's
     /// queue and would otherwise wait for the window, behind the flows that filled it.
-    /// CoDel leaves such a flow alone (its queue is under one packet). The flow keeps its
-    /// place in the round robin, charged for what it sent.
+    /// CoDel does not run here (in the round robin it judges such a flow as any other,
+    /// and leaves alone a backlog of one MTU or less). The flow keeps its place in the
+    /// round robin, charged for what it sent.
     pub(crate) fn dequeue_small_with<T>(
         &mut self,
         mut decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
@@ -912,7 +924,7 @@ impl FlowQueues {
         while let Some(&slot) = self.small.front() {
             let head = self.flows[slot]
                 .as_ref()
-                .filter(|f| f.bytes <= SMALL_BACKLOG)
+                .filter(|f| f.is_small())
                 .and_then(|f| self.store.front(f.queue).map(|h| (f, h)));
             let Some((flow, head)) = head else {
                 self.small.pop_front();
@@ -921,14 +933,14 @@ impl FlowQueues {
             };
             return match decide(flow, head) {
                 Decision::Wait => None,
-                // A small flow has about one packet waiting: its head.
+                // Only a small flow's head goes this way, never a packet behind it.
                 Decision::Take(t) | Decision::TakeBehind(t, ..) => {
                     self.small.pop_front();
                     self.small_listed[slot] = false;
                     let (q, id, seq) = self.take_head(slot);
                     if self.flows[slot]
                         .as_ref()
-                        .is_some_and(|f| f.bytes > 0 && f.bytes <= SMALL_BACKLOG)
+                        .is_some_and(|f| f.bytes > 0 && f.is_small())
                     {
                         // More of it waits, still small: behind the other small flows.
                         self.small_listed[slot] = true;
@@ -1050,7 +1062,7 @@ impl FlowQueues {
             self.last_taken = Some(slot);
         }
         let flow = flow_mut(&mut self.flows, slot);
-        flow.bytes -= q.data.len();
+        flow.unqueued(q.data.len());
         flow.deficit -= q.data.len() as i64;
         let id = flow.id;
         self.packets -= 1;
@@ -1157,7 +1169,7 @@ impl FlowQueues {
                 .store
                 .pop_front(&mut flow.queue)
                 .expect("checked above");
-            flow.bytes -= q.data.len();
+            flow.unqueued(q.data.len());
             self.packets -= 1;
             self.bytes -= q.data.len();
             self.stats.aqm_dropped += 1;
@@ -1188,6 +1200,17 @@ impl FlowQueues {
 }
 
 impl Flow {
+    /// Whether every packet waiting is small ([`SMALL_PACKET`]).
+    fn is_small(&self) -> bool {
+        self.large == 0
+    }
+
+    /// Accounts for a packet of `len` bytes leaving its queue.
+    fn unqueued(&mut self, len: usize) {
+        self.bytes -= len;
+        self.large -= usize::from(len > SMALL_PACKET);
+    }
+
     /// Its backlog beyond what the receive-window clamp holds its sender to: CoDel judges
     /// only that (a clamped sender slows when its window says so, without a drop).
     fn over_allowance(&self) -> usize {
@@ -1329,6 +1352,60 @@ mod tests {
         enq(&mut q, t, pkt(9, 46, 100, 0));
         let first = take_all(&mut q, t)[0].0;
         assert_eq!(first, 9);
+    }
+
+    /// A flow is small while every packet it has waiting is (a call whose packets pile
+    /// up behind a full window stays small), and not while one of them is larger
+    /// (a bulk flow's segment), whichever way that packet leaves.
+    #[test]
+    fn a_flow_is_small_while_every_packet_it_has_waiting_is() {
+        let mut q = FlowQueues::new(&Config::default());
+        let t = Instant::ZERO;
+        let port = |p: &Queued| u16::from_be_bytes([p.data[20], p.data[21]]);
+        let small = |q: &mut FlowQueues| {
+            q.dequeue_small_with(|_, _| Decision::Take(()))
+                .map(|(p, ..)| port(&p))
+        };
+        // Twenty 200-byte packets: 4000 bytes waiting, each small.
+        for _ in 0..20 {
+            enq(&mut q, t, pkt(5, 0, 200, 0));
+        }
+        assert!(q.has_small());
+        for _ in 0..20 {
+            assert_eq!(small(&mut q), Some(5));
+        }
+        assert_eq!(small(&mut q), None, "nothing left");
+        // One full-size packet among them: not small until it has left, taken...
+        enq(&mut q, t, pkt(6, 0, 200, 0));
+        enq(&mut q, t, pkt(6, 0, 1400, 0));
+        enq(&mut q, t, pkt(6, 0, 200, 0));
+        assert_eq!(small(&mut q), None);
+        let (p, ..) = q.dequeue_with(t, |_, _| Decision::Take(())).unwrap();
+        assert_eq!((port(&p), p.data.len()), (6, 200));
+        assert_eq!(small(&mut q), None);
+        let (p, ..) = q.dequeue_with(t, |_, _| Decision::Take(())).unwrap();
+        assert_eq!((port(&p), p.data.len()), (6, 1400));
+        // ...then the packet behind it is a small flow's again, once listed (a packet
+        // coming lists its flow).
+        enq(&mut q, t, pkt(6, 0, 200, 0));
+        assert_eq!(small(&mut q), Some(6));
+        assert_eq!(small(&mut q), Some(6));
+        assert_eq!(small(&mut q), None);
+        // ...or dropped from the fattest flow at the queues' limit.
+        let c = Config {
+            limit_packets: 3,
+            ..Default::default()
+        };
+        let mut q = FlowQueues::new(&c);
+        enq(&mut q, t, pkt(7, 0, 1400, 0));
+        enq(&mut q, t, pkt(7, 0, 200, 0));
+        enq(&mut q, t, pkt(7, 0, 200, 0));
+        assert_eq!(small(&mut q), None);
+        enq(&mut q, t, pkt(7, 0, 200, 0));
+        assert_eq!(q.stats.overflow_dropped, 1);
+        enq(&mut q, t, pkt(7, 0, 200, 0));
+        assert_eq!(q.stats.overflow_dropped, 2);
+        assert_eq!(small(&mut q), Some(7));
     }
 
     #[test]

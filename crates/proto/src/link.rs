@@ -685,8 +685,9 @@ impl LinkView {
 
     /// Whether the binding point may hand this link a small flow's datagram of `len`
     /// bytes, which has waited `waited` above the binding point, now: as
-    /// [`Self::has_room`], but past a full window by up to [`SMALL_PAST_WINDOW`] bytes,
-    /// once it has waited as long as the window takes to send that much at its rate.
+    /// [`Self::has_room`], but past a full window by up to [`SMALL_PAST_WINDOW`] bytes
+    /// (more over a slow way back: [`Self::small_past`]), once it has waited as long as
+    /// the window takes to send two full-size packets at its rate.
     /// The window keeps the bottleneck's queue near the controller's target; a few small
     /// packets more add little to it. While acknowledgements come, the window opens
     /// within that wait and the packet goes in its turn; when they stop (the link
@@ -700,7 +701,26 @@ impl LinkView {
             && self.state == LinkState::Up
             && self.below_binding < self.budget
             && self.pace_next <= now
-            && (self.cwnd == 0 || self.bytes_in_flight + len <= self.cwnd + SMALL_PAST_WINDOW)
+            && (self.cwnd == 0
+                || self.bytes_in_flight + len <= self.cwnd.saturating_add(self.small_past()))
+    }
+
+    /// How far past a full window small flows may go: [`SMALL_PAST_WINDOW`], or, if
+    /// more, the part of the window that covers the acknowledgements' wait on the way
+    /// back beyond its minimum (the window's rate times that wait, at most the window).
+    /// Those bytes have left the link's own direction and wait only for their
+    /// acknowledgements: while the way back pauses (a slow, scheduled return path: the
+    /// Verizon EVDO trace's downlink delivers once every 0.6 s), the window stays full
+    /// over an empty bottleneck, and two full-size packets of small flows past it would
+    /// leave a call's packets waiting for the next acknowledgements, seconds.
+    pub(crate) fn small_past(&self) -> usize {
+        let back = self.cc_rate * self.return_delay.as_secs_f64();
+        let back = if back.is_finite() && back > 0.0 {
+            (back as usize).min(self.cwnd)
+        } else {
+            0
+        };
+        SMALL_PAST_WINDOW.max(back)
     }
 
     /// When a small flow's packet that came at `since` will have waited long enough to
@@ -1672,7 +1692,7 @@ impl Link {
     ) -> usize {
         self.take_unacked_where(out, |left, d| {
             left <= before
-                && (left <= left_by || !d.spread || d.payload.len() <= crate::fq::SMALL_BACKLOG)
+                && (left <= left_by || !d.spread || d.payload.len() <= crate::fq::SMALL_PACKET)
         })
     }
 

@@ -112,3 +112,70 @@ fn the_wait_before_passing_a_window_is_finite_or_none() {
     let t = v.small_passes_at(since).unwrap();
     assert!(t > since + Duration::from_secs(1) && t <= since + Duration::from_millis(1001));
 }
+
+/// A call's packets pile up while its head waits to pass a full window (as long as the
+/// window's rate takes to send two full-size packets): 50 packets a second of 200 bytes
+/// are over 576 bytes waiting within 60 ms. The flow is small by its packets' size, so
+/// its head still passes; counted by the bytes waiting, it had stopped being small and
+/// waited for acknowledgements that did not come.
+#[test]
+fn a_calls_packets_piled_up_behind_a_full_window_still_pass() {
+    let mut e = endpoint();
+    let bulk = FlowSpec::bulk(4000, 1200);
+    for seq in 0..200 {
+        e.handle_tun_packet(at_ms(10), &bulk.packet(seq)).unwrap();
+    }
+    let mut now = at_ms(10);
+    while now < at_ms(80) {
+        send(&mut e, now);
+        now += Duration::from_millis(1);
+    }
+    assert!(!e.link_views(now)[0].has_room(now));
+    let call = FlowSpec::bulk(5000, 160);
+    for seq in 0..10 {
+        e.handle_tun_packet(now, &call.packet(seq)).unwrap();
+    }
+    let rate = e.link_views(now)[0].cc_rate;
+    let wait = Duration::from_secs_f64(SMALL_PAST_WINDOW as f64 / rate);
+    assert_eq!(send(&mut e, now + wait / 2), 0);
+    let timer = e.poll_timeout().expect("a timer");
+    assert!(timer <= now + wait + Duration::from_micros(2), "{timer:?}");
+    // 1880 bytes waiting: counted by the bytes, not a small flow, and none passed. By
+    // the packets' size, they pass up to the two full-size packets the window allows
+    // past it (no way back measured; 7 measured).
+    let passed = send(&mut e, timer);
+    assert!((4..=10).contains(&passed), "{passed}");
+    assert_eq!(e.stats().small_past_window, passed as u64);
+}
+
+/// Past a full window by two full-size packets, or by the part of the window that
+/// covers the acknowledgements' wait on the way back, if more (at most the window).
+#[test]
+fn a_slow_way_back_lets_small_flows_further_past_the_window() {
+    let e = endpoint();
+    let now = at_ms(1);
+    let mut v = e.link_views(now)[0];
+    v.cwnd = 60_000;
+    v.cc_rate = 20_000.0;
+    let waited = Duration::from_secs(1);
+    let past = |v: &crate::LinkView, bytes: usize| {
+        let mut v = *v;
+        v.bytes_in_flight = v.cwnd + bytes - 200;
+        v.has_room_small(now, 200, waited)
+    };
+    assert!(past(&v, SMALL_PAST_WINDOW));
+    assert!(!past(&v, SMALL_PAST_WINDOW + 1));
+    // The way back holds the acknowledgements 2 s beyond its minimum: 40 KB of the
+    // window at its rate.
+    v.return_delay = Duration::from_secs(2);
+    assert!(past(&v, 40_000));
+    assert!(!past(&v, 40_001));
+    // Never more than the window itself.
+    v.return_delay = Duration::from_secs(10);
+    assert!(past(&v, 60_000));
+    assert!(!past(&v, 60_001));
+    // Under a tenth of a second, two full-size packets are more.
+    v.return_delay = Duration::from_millis(100);
+    assert!(past(&v, SMALL_PAST_WINDOW));
+    assert!(!past(&v, SMALL_PAST_WINDOW + 1));
+}
