@@ -1308,10 +1308,15 @@ mod tests {
         p
     }
 
+    /// The source port of a packet made by `pkt`.
+    fn port(p: &Queued) -> u16 {
+        u16::from_be_bytes([p.data[20], p.data[21]])
+    }
+
     fn take_all(q: &mut FlowQueues, now: Instant) -> Vec<(u16, FlowId)> {
         let mut out = Vec::new();
         while let Some((p, id, _, ())) = q.dequeue_with(now, |_, _| Decision::Take(())) {
-            out.push((u16::from_be_bytes([p.data[20], p.data[21]]), id));
+            out.push((port(&p), id));
         }
         out
     }
@@ -1361,7 +1366,6 @@ mod tests {
     fn a_flow_is_small_while_every_packet_it_has_waiting_is() {
         let mut q = FlowQueues::new(&Config::default());
         let t = Instant::ZERO;
-        let port = |p: &Queued| u16::from_be_bytes([p.data[20], p.data[21]]);
         let small = |q: &mut FlowQueues| {
             q.dequeue_small_with(|_, _| Decision::Take(()))
                 .map(|(p, ..)| port(&p))
@@ -1412,7 +1416,6 @@ mod tests {
     fn sparse_only_dequeue_serves_new_and_priority_flows_never_old_ones() {
         let mut q = FlowQueues::new(&Config::default());
         let t = Instant::ZERO;
-        let port = |p: &Queued| u16::from_be_bytes([p.data[20], p.data[21]]);
         let sparse = |q: &mut FlowQueues| {
             q.dequeue_sparse_with(t, |_, _| Decision::Take(()))
                 .map(|(p, ..)| port(&p))

@@ -29,20 +29,27 @@ fn send(e: &mut Endpoint, now: Instant) -> usize {
     n
 }
 
-#[test]
-fn a_small_flows_packet_passes_a_full_window_and_a_bulk_one_waits() {
-    let mut e = endpoint();
+/// A bulk flow fills the link's window from 10 ms on, and no acknowledgement comes, up
+/// to 80 ms: that time, and how many of its packets went.
+fn fill_the_window(e: &mut Endpoint) -> (Instant, usize) {
     let bulk = FlowSpec::bulk(4000, 1200);
     for seq in 0..200 {
         e.handle_tun_packet(at_ms(10), &bulk.packet(seq)).unwrap();
     }
-    // No acknowledgement comes: the window fills and stays full.
     let mut now = at_ms(10);
     let mut sent = 0;
     while now < at_ms(80) {
-        sent += send(&mut e, now);
+        sent += send(e, now);
         now += Duration::from_millis(1);
     }
+    (now, sent)
+}
+
+#[test]
+fn a_small_flows_packet_passes_a_full_window_and_a_bulk_one_waits() {
+    let mut e = endpoint();
+    // No acknowledgement comes: the window fills and stays full.
+    let (mut now, sent) = fill_the_window(&mut e);
     let view = e.link_views(now)[0];
     assert!((11..200).contains(&sent), "{sent}");
     assert!(view.bytes_in_flight + 1500 > view.cwnd, "{view:?}");
@@ -121,15 +128,7 @@ fn the_wait_before_passing_a_window_is_finite_or_none() {
 #[test]
 fn a_calls_packets_piled_up_behind_a_full_window_still_pass() {
     let mut e = endpoint();
-    let bulk = FlowSpec::bulk(4000, 1200);
-    for seq in 0..200 {
-        e.handle_tun_packet(at_ms(10), &bulk.packet(seq)).unwrap();
-    }
-    let mut now = at_ms(10);
-    while now < at_ms(80) {
-        send(&mut e, now);
-        now += Duration::from_millis(1);
-    }
+    let (now, _) = fill_the_window(&mut e);
     assert!(!e.link_views(now)[0].has_room(now));
     let call = FlowSpec::bulk(5000, 160);
     for seq in 0..10 {
