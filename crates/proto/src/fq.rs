@@ -462,8 +462,9 @@ pub(crate) struct FlowQueues {
     max_flows: usize,
     idle_timeout: Duration,
     /// Slots of flows whose waiting packets were all small when a packet came, oldest
-    /// first (checked again when read: a flow may have grown, left, or given
-    /// its slot to another), and which slots are in it.
+    /// first (checked again when read: a flow may have taken a packet over
+    /// [`SMALL_PACKET`] since, left, or given its slot to another), and which slots are in
+    /// it.
     small: VecDeque<usize>,
     small_listed: Vec<bool>,
     /// The flows that have numbers given to packets taken from behind their head still

@@ -339,7 +339,7 @@ fn an_upload_over_a_bursty_trace_keeps_most_of_its_capacity() {
 /// packets past it lasted 0.6 s of the probe's, and the way back pauses for longer). Before
 /// those two, the probe's p95 was 126-1422 ms over these thirteen delays (mean 528, seven
 /// over 500): the probe waited for the next acknowledgements in every run where the bulk
-/// flow filled the window. Now 125-256 ms, mean 182 (docs/RESULTS.md 10.7).
+/// flow filled the window. Now 125-256 ms, mean 182 (docs/RESULTS.md 10.7.1).
 #[test]
 fn an_upload_whose_acknowledgements_wait_on_the_way_back_keeps_its_probe_near_idle() {
     let s = scenario("bufferbloat-trace.toml");
