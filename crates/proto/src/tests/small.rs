@@ -178,3 +178,34 @@ fn a_slow_way_back_lets_small_flows_further_past_the_window() {
     assert!(past(&v, SMALL_PAST_WINDOW));
     assert!(!past(&v, SMALL_PAST_WINDOW + 1));
 }
+
+/// A small flow's packet waits, before it passes a full window, as long as the window's
+/// rate takes to send two full-size packets (acknowledgements that come steadily open the
+/// window within that wait); where the way back holds more of the window than that, it
+/// passes at once: what opens the window is the way back.
+#[test]
+fn a_slow_way_back_lets_small_flows_pass_a_full_window_without_waiting() {
+    let e = endpoint();
+    let now = at_ms(1);
+    let mut v = e.link_views(now)[0];
+    v.cwnd = 60_000;
+    v.bytes_in_flight = 60_000;
+    v.cc_rate = 20_000.0;
+    let wait = Duration::from_secs_f64(SMALL_PAST_WINDOW as f64 / v.cc_rate);
+    let passes = |v: &crate::LinkView, waited: Duration| v.has_room_small(now, 200, waited);
+    assert!(!passes(&v, Duration::ZERO));
+    assert!(!passes(&v, wait - Duration::from_millis(1)));
+    assert!(passes(&v, wait));
+    // The way back holds 2 KB of the window at its rate, less than two full-size
+    // packets: the same wait.
+    v.return_delay = Duration::from_millis(100);
+    assert!(!passes(&v, wait - Duration::from_millis(1)));
+    assert!(passes(&v, wait));
+    // 4 KB: no wait.
+    v.return_delay = Duration::from_millis(200);
+    assert!(passes(&v, Duration::ZERO));
+    // Still no further past the window than the way back covers.
+    v.bytes_in_flight = 60_000 + 4_000 - 199;
+    assert!(!passes(&v, Duration::ZERO));
+    assert!(!passes(&v, Duration::from_secs(10)));
+}
