@@ -701,15 +701,15 @@ impl LinkView {
     /// upload waited 150-180 ms at each full window for them).
     #[inline]
     pub fn has_room_small(&self, now: Instant, len: usize, waited: Duration) -> bool {
+        let past = self.small_past();
         let waited_enough = self.cc_rate <= 0.0
             || waited.as_secs_f64() * self.cc_rate >= SMALL_PAST_WINDOW as f64
-            || self.small_past() > SMALL_PAST_WINDOW;
+            || past > SMALL_PAST_WINDOW;
         waited_enough
             && self.state == LinkState::Up
             && self.below_binding < self.budget
             && self.pace_next <= now
-            && (self.cwnd == 0
-                || self.bytes_in_flight + len <= self.cwnd.saturating_add(self.small_past()))
+            && (self.cwnd == 0 || self.bytes_in_flight + len <= self.cwnd.saturating_add(past))
     }
 
     /// How far past a full window small flows may go: [`SMALL_PAST_WINDOW`], or, if
