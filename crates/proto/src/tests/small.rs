@@ -147,15 +147,21 @@ fn a_calls_packets_piled_up_behind_a_full_window_still_pass() {
     assert_eq!(e.stats().small_past_window, passed as u64);
 }
 
+/// The link's view at 1 ms with its window of 60 KB full, at 20 KB/s.
+fn a_full_window_at_20_kb_per_s() -> (Instant, crate::LinkView) {
+    let now = at_ms(1);
+    let mut v = endpoint().link_views(now)[0];
+    v.cwnd = 60_000;
+    v.bytes_in_flight = 60_000;
+    v.cc_rate = 20_000.0;
+    (now, v)
+}
+
 /// Past a full window by two full-size packets, or by the part of the window that
 /// covers the acknowledgements' wait on the way back, if more (at most the window).
 #[test]
 fn a_slow_way_back_lets_small_flows_further_past_the_window() {
-    let e = endpoint();
-    let now = at_ms(1);
-    let mut v = e.link_views(now)[0];
-    v.cwnd = 60_000;
-    v.cc_rate = 20_000.0;
+    let (now, mut v) = a_full_window_at_20_kb_per_s();
     let waited = Duration::from_secs(1);
     let past = |v: &crate::LinkView, bytes: usize| {
         let mut v = *v;
@@ -185,12 +191,7 @@ fn a_slow_way_back_lets_small_flows_further_past_the_window() {
 /// passes at once: what opens the window is the way back.
 #[test]
 fn a_slow_way_back_lets_small_flows_pass_a_full_window_without_waiting() {
-    let e = endpoint();
-    let now = at_ms(1);
-    let mut v = e.link_views(now)[0];
-    v.cwnd = 60_000;
-    v.bytes_in_flight = 60_000;
-    v.cc_rate = 20_000.0;
+    let (now, mut v) = a_full_window_at_20_kb_per_s();
     let wait = Duration::from_secs_f64(SMALL_PAST_WINDOW as f64 / v.cc_rate);
     let passes = |v: &crate::LinkView, waited: Duration| v.has_room_small(now, 200, waited);
     assert!(!passes(&v, Duration::ZERO));
