@@ -702,10 +702,7 @@ impl LinkView {
     #[inline]
     pub fn has_room_small(&self, now: Instant, len: usize, waited: Duration) -> bool {
         let past = self.small_past();
-        let waited_enough = self.cc_rate <= 0.0
-            || waited.as_secs_f64() * self.cc_rate >= SMALL_PAST_WINDOW as f64
-            || past > SMALL_PAST_WINDOW;
-        waited_enough
+        waited >= self.small_wait(past)
             && self.state == LinkState::Up
             && self.below_binding < self.budget
             && self.pace_next <= now
@@ -730,19 +727,30 @@ impl LinkView {
         SMALL_PAST_WINDOW.max(back)
     }
 
+    /// How long a small flow's packet waits above the binding point before it may pass
+    /// this link's full window ([`Self::has_room_small`]), given `past`, what
+    /// [`Self::small_past`] allows past it: as long as the window's rate takes to send
+    /// two full-size packets; none where `past` is more than that (the way back holds
+    /// the window), or without rate control; [`Duration::MAX`] if the rate is no usable
+    /// number.
+    fn small_wait(&self, past: usize) -> Duration {
+        if self.cc_rate <= 0.0 || past > SMALL_PAST_WINDOW {
+            return Duration::ZERO;
+        }
+        Duration::try_from_secs_f64(SMALL_PAST_WINDOW as f64 / self.cc_rate)
+            .unwrap_or(Duration::MAX)
+    }
+
     /// When a small flow's packet that came at `since` will have waited long enough to
     /// pass this link's full window ([`Self::has_room_small`]), rounded up to the next
-    /// microsecond; `None` without rate control (no window holds it).
+    /// microsecond; `None` where it need not wait (no window holds it, or the way back
+    /// does).
     pub fn small_passes_at(&self, since: Instant) -> Option<Instant> {
-        if self.cc_rate <= 0.0 {
-            return None;
-        }
+        let wait = self.small_wait(self.small_past());
         // (A window's rate is at least its floor over the RTT; a wait of an hour is
         // none worth a timer.)
-        Duration::try_from_secs_f64(SMALL_PAST_WINDOW as f64 / self.cc_rate)
-            .ok()
-            .filter(|&wait| wait < Duration::from_secs(3600))
-            .map(|wait| since + wait + Duration::from_micros(1))
+        (wait > Duration::ZERO && wait < Duration::from_secs(3600))
+            .then(|| since + wait + Duration::from_micros(1))
     }
 }
 

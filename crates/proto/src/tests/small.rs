@@ -202,9 +202,11 @@ fn a_slow_way_back_lets_small_flows_pass_a_full_window_without_waiting() {
     v.return_delay = Duration::from_millis(100);
     assert!(!passes(&v, wait - Duration::from_millis(1)));
     assert!(passes(&v, wait));
-    // 4 KB: no wait.
+    assert!(v.small_passes_at(now).is_some_and(|t| t > now + wait));
+    // 4 KB: no wait, and so no timer for one.
     v.return_delay = Duration::from_millis(200);
     assert!(passes(&v, Duration::ZERO));
+    assert_eq!(v.small_passes_at(now), None);
     // Still no further past the window than the way back covers.
     v.bytes_in_flight = 60_000 + 4_000 - 199;
     assert!(!passes(&v, Duration::ZERO));
