@@ -106,6 +106,10 @@ pub struct LinkStatus {
     /// Acknowledgement frames of the link sent on another link meanwhile.
     #[serde(default)]
     pub acks_around: u64,
+    /// Copies of the link's ACK that told the peer of a loss over a link whose way back
+    /// is shorter (`docs/protocol.md` 4.3).
+    #[serde(default)]
+    pub acks_shortcut: u64,
 }
 
 /// Engine counters, by reason.
@@ -414,6 +418,7 @@ impl SessionStatus {
                     longest_suspect_ms: ms(ls.longest_suspect),
                     probes_unheard: ls.probes_unheard,
                     acks_around: ls.acks_around,
+                    acks_shortcut: ls.acks_shortcut,
                 }
             })
             .collect();
@@ -665,6 +670,19 @@ impl Status {
                     around.join(", ")
                 );
             }
+            let shortcut: Vec<String> = ses
+                .links
+                .iter()
+                .filter(|l| l.acks_shortcut > 0)
+                .map(|l| format!("{} {}", l.name, l.acks_shortcut))
+                .collect();
+            if !shortcut.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  losses told over a shorter way back: {}",
+                    shortcut.join(", ")
+                );
+            }
             if !ses.flows_received.is_empty() {
                 let _ = writeln!(
                     s,
@@ -835,6 +853,11 @@ impl Status {
                     s,
                     "latebind_link_acks_around_total{{{lp}}} {}",
                     l.acks_around
+                );
+                let _ = writeln!(
+                    s,
+                    "latebind_link_acks_shortcut_total{{{lp}}} {}",
+                    l.acks_shortcut
                 );
             }
         }

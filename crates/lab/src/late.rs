@@ -396,6 +396,7 @@ pub fn engine_report(
             .fold(0.0, f64::max),
         probes_unheard: sum(&|s| s.links.iter().map(|l| l.probes_unheard).sum()),
         acks_around: sum(&|s| s.links.iter().map(|l| l.acks_around).sum()),
+        acks_shortcut: sum(&|s| s.links.iter().map(|l| l.acks_shortcut).sum()),
         reinject_after_max_ms: client
             .map_or(0.0, |s| s.reinject_after_max_ms)
             .max(server.map_or(0.0, |s| s.reinject_after_max_ms)),

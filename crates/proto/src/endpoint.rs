@@ -932,6 +932,7 @@ impl Endpoint {
             return false;
         }
         link.stats.datagrams_received += 1;
+        link.rx.note_gap(pn, expected);
         if eliciting {
             // Out-of-order arrivals and probes are acknowledged at once: the first so the
             // sender learns of the gap, the second so probe RTT samples carry no ack delay.
@@ -1170,6 +1171,9 @@ impl Endpoint {
                 }
                 return;
             }
+        }
+        if data.recovered {
+            self.links[arrived_on].rx.recovered_at = Some(now);
         }
         let fseq = wire::expand(data.flow_seq, self.reorder.expected(flow));
         let mut hold = self.hold_time_at(now);
@@ -1567,6 +1571,16 @@ impl Endpoint {
             .min_by_key(|&j| self.links[j].rtt.srtt)
     }
 
+    /// Where a copy of link `i`'s ACK that tells the peer of a loss goes (an ACK may go
+    /// on any link, 3.2): the up link of least smoothed RTT, if that is less than link
+    /// `i`'s least. The peer sends the lost packet again that much sooner, and the
+    /// receiver's reorder buffer holds the flow behind it that much less.
+    fn ack_shortcut(&self, i: usize) -> Option<usize> {
+        self.ack_detour(i).filter(|&j| {
+            self.links[i].rtt.has_sample && self.links[j].rtt.srtt < self.links[i].rtt.min
+        })
+    }
+
     /// Whether link `i`'s acknowledgement waits for a data packet to carry it: the link's
     /// budget below the binding point is full and data waits above it, so an
     /// acknowledgement alone would only queue behind that data. The next packet bound to
@@ -1596,6 +1610,30 @@ impl Endpoint {
                 self.stats.pmtu_probes_sent += 1;
                 return Some(t);
             }
+        }
+        for i in 0..self.links.len() {
+            if !std::mem::take(&mut self.links[i].rx.cross_due) {
+                continue;
+            }
+            // A gap on link i just became deep enough for the peer to take its packets
+            // for lost: a copy of the link's ACK goes at once on the link whose way back
+            // is shortest, so the peer sends them again sooner (4.3). The ACK itself
+            // still goes on link i as it falls due: the copy may be lost, or that link
+            // broken without this end knowing yet. Only for a link that carried a packet
+            // of a flow whose losses the peer sends again within `reorder_hold_max` (the
+            // longest the receiver holds a gap): the peer sends nothing else again, and
+            // a sender whose window frees sooner only fills a full queue sooner.
+            let repaired = self.links[i]
+                .rx
+                .recovered_at
+                .is_some_and(|t| now - t <= self.config.reorder_hold_max);
+            let Some(j) = self.ack_shortcut(i).filter(|_| repaired) else {
+                continue;
+            };
+            self.write_header(j, buf);
+            self.write_ack_copy(now, i, buf);
+            self.links[i].stats.acks_shortcut += 1;
+            return Some(self.finish(now, j, buf, false, None, false));
         }
         let announce = self.links.iter().any(|l| l.announce);
         for i in 0..self.links.len() {
@@ -2371,6 +2409,19 @@ impl Endpoint {
         self.write_ack(now, li, buf, with_time, room);
     }
 
+    /// A copy of link `li`'s ACK (`ack_shortcut`): it reports the ranges an ACK of the
+    /// link would and changes nothing of what link `li` owes (its own ACK still falls due
+    /// as before).
+    fn write_ack_copy(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>) {
+        let l = &self.links[li];
+        if l.rx.largest().is_none() {
+            return;
+        }
+        let ranges: Vec<_> = l.rx.ranges().cloned().collect();
+        wire::emit_ack(buf, l.id.0, l.rx.ack_delay_us(now), &ranges);
+        self.stats.acks_sent += 1;
+    }
+
     /// Writes link `li`'s ACK frame, with as many ranges, newest first, as fit `room`
     /// bytes (all without a limit), and with `with_time` an RX_TIME frame for its largest
     /// packet (one-way delay for the peer's rate control).
@@ -2386,9 +2437,7 @@ impl Endpoint {
         let Some(largest) = l.rx.largest() else {
             return;
         };
-        let delay = (now - l.rx.largest_time)
-            .as_micros()
-            .min(u128::from(u32::MAX)) as u32;
+        let delay = l.rx.ack_delay_us(now);
         let mut ranges: Vec<_> = l.rx.ranges().cloned().collect();
         let all = ranges.len();
         if let Some(room) = room {

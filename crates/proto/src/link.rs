@@ -216,11 +216,24 @@ pub(crate) struct RxState {
     /// When an ACK first reported each new largest packet number, oldest first (at most
     /// `ACK_LOG_LEN`): what the peer should have heard by when (`docs/protocol.md` 3.12).
     reported: VecDeque<(u64, Instant)>,
+    /// The last missing packet number of the oldest gap whose packets an ACK has not yet
+    /// shown `PACKET_THRESHOLD` deep, and of the newest gap: see `cross_due`.
+    gap_oldest: Option<u64>,
+    gap_newest: u64,
+    /// A gap just became `PACKET_THRESHOLD` packets deep: the peer takes its packets for
+    /// lost as soon as it hears of it, so a copy of the link's ACK goes at once on the
+    /// link whose way back is shortest, if that is not this one (`docs/protocol.md` 4.3).
+    pub(crate) cross_due: bool,
+    /// When a packet of a flow whose losses the peer sends again (DATA_RECOVERED, 3.7)
+    /// last came on the link.
+    pub(crate) recovered_at: Option<Instant>,
     /// Tests: report every range kept, whatever the floor.
     #[cfg(test)]
     pub(crate) report_all: bool,
 }
 
+/// How many packet numbers past an unacknowledged one make it lost (RFC 9002 6.1.1).
+pub(crate) const PACKET_THRESHOLD: u64 = 3;
 /// Buffers kept for reuse, at most.
 pub(crate) const RECYCLE_LIMIT: usize = 4096;
 /// How long a spurious suspicion (`Link::last_spurious`) lets the reinjection timer wait
@@ -253,6 +266,10 @@ impl RxState {
             floor: 0,
             written: None,
             reported: VecDeque::new(),
+            gap_oldest: None,
+            gap_newest: 0,
+            cross_due: false,
+            recovered_at: None,
             #[cfg(test)]
             report_all: false,
         }
@@ -261,6 +278,29 @@ impl RxState {
     /// The packet number the next datagram is expected to carry.
     pub(crate) fn expected(&self) -> u64 {
         self.ranges.front().map_or(0, |r| r.end() + 1)
+    }
+
+    /// Notes packet `pn`, just inserted, against `expected`, the next packet number
+    /// expected before it came: a packet past it opens a gap; the arrival that makes the
+    /// oldest gap not yet told `PACKET_THRESHOLD` deep makes `cross_due`.
+    pub(crate) fn note_gap(&mut self, pn: u64, expected: u64) {
+        if pn > expected {
+            self.gap_newest = pn - 1;
+            self.gap_oldest.get_or_insert(pn - 1);
+        }
+        if let Some(gap) = self.gap_oldest
+            && pn >= gap + PACKET_THRESHOLD
+        {
+            self.cross_due = true;
+            self.gap_oldest = (self.gap_newest + PACKET_THRESHOLD > pn).then_some(self.gap_newest);
+        }
+    }
+
+    /// An ACK's `ack_delay_us` if it leaves now: since the largest packet number came.
+    pub(crate) fn ack_delay_us(&self, now: Instant) -> u32 {
+        (now - self.largest_time)
+            .as_micros()
+            .min(u128::from(u32::MAX)) as u32
     }
 
     /// Records a packet number. Returns false for a duplicate or one too old to tell.
@@ -578,6 +618,9 @@ pub struct LinkStats {
     /// ACK frames of the link sent on another link, its own direction from this end
     /// having gone unanswered (`docs/protocol.md` 3.12).
     pub acks_around: u64,
+    /// ACK frames of the link that told the peer of a loss, sent on a link whose way back
+    /// is shorter (`docs/protocol.md` 4.3).
+    pub acks_shortcut: u64,
     /// The peer's PROBEs of the link that showed this end's acknowledgements unheard
     /// (each sent the link's acknowledgements around until answered again).
     pub probes_unheard: u64,
@@ -1621,7 +1664,7 @@ impl Link {
                 break;
             }
             let is_lost = match slot {
-                Some(p) => pn + 3 <= largest || now - p.time >= loss_delay,
+                Some(p) => pn + PACKET_THRESHOLD <= largest || now - p.time >= loss_delay,
                 None => false,
             };
             if is_lost {
@@ -1987,6 +2030,30 @@ mod tests {
         assert_eq!(rx.ranges().cloned().collect::<Vec<_>>(), vec![0..=4]);
         assert!(!rx.insert(3, t(4)), "duplicate");
         assert_eq!(rx.received, 5);
+    }
+
+    /// `cross_due` comes once per gap, at the arrival that puts the gap's last missing
+    /// packet `PACKET_THRESHOLD` deep (the peer's packet threshold then takes the gap
+    /// for lost), and an older gap is not put off by a newer one.
+    #[test]
+    fn rx_a_gap_is_due_to_be_told_once_three_packets_deep() {
+        let mut rx = RxState::new();
+        let mut due = Vec::new();
+        // 2 and 3 missing; 5 missing; then in order.
+        for pn in [0, 1, 4, 6, 7, 8, 9, 10, 11] {
+            let expected = rx.expected();
+            assert!(rx.insert(pn, t(pn)));
+            rx.note_gap(pn, expected);
+            if std::mem::take(&mut rx.cross_due) {
+                due.push(pn);
+            }
+        }
+        // 3 + 3 = 6: told at 6 (5 is still too shallow); 5 + 3 = 8.
+        assert_eq!(due, vec![6, 8]);
+        // A late packet fills a gap: nothing to tell.
+        assert!(rx.insert(5, t(12)));
+        rx.note_gap(5, rx.expected());
+        assert!(!rx.cross_due);
     }
 
     #[test]

@@ -286,6 +286,10 @@ pub struct EngineReport {
     /// meanwhile, both ends.
     #[serde(default)]
     pub acks_around: u64,
+    /// Copies of a link's ACK that told the peer of a loss over a link whose way back is
+    /// shorter, both ends (`docs/protocol.md` 4.3).
+    #[serde(default)]
+    pub acks_shortcut: u64,
     /// Duplicate data frames dropped.
     pub duplicate_data: u64,
     /// Malformed datagrams dropped.
@@ -497,6 +501,7 @@ impl Report {
                 ),
                 probes_unheard: links_sum(|st| st.probes_unheard),
                 acks_around: links_sum(|st| st.acks_around),
+                acks_shortcut: links_sum(|st| st.acks_shortcut),
                 reinject_after_max_ms: round3(
                     cs.reinject_after_max
                         .max(ss.reinject_after_max)
@@ -689,7 +694,8 @@ impl Report {
                  spurious {}, \
                  lost and sent again {}, late and sent again on an idle link {}; \
                  suspected {} times, longest {:.1} ms; \
-                 acknowledgements sent around a paused direction {} (probes unheard {})",
+                 acknowledgements sent around a paused direction {} (probes unheard {}); \
+                 losses told over a shorter way back {}",
                 self.totals.reinjected,
                 e.reinjected_timer,
                 e.reinjected_link_down,
@@ -702,7 +708,8 @@ impl Report {
                 e.suspected,
                 e.longest_suspect_ms,
                 e.acks_around,
-                e.probes_unheard
+                e.probes_unheard,
+                e.acks_shortcut
             );
         }
         s
@@ -749,6 +756,10 @@ fn engine_rows(reports: &[Report], rows: &mut Vec<(String, Vec<String>)>) {
     rows.push((
         "acks around / probes unheard".into(),
         e(&|_, e| format!("{} / {}", e.acks_around, e.probes_unheard)),
+    ));
+    rows.push((
+        "losses told over a shorter way back".into(),
+        e(&|_, e| e.acks_shortcut.to_string()),
     ));
 }
 

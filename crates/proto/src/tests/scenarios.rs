@@ -1696,6 +1696,52 @@ fn a_lost_link_status_is_announced_again() {
     assert!(on_0 >= 90, "{on_0}");
 }
 
+/// A loss on a far link is told over a near one (4.3): once the gap is three packets deep
+/// the receiver sends a copy of the far link's ACK on the link whose way back is shorter,
+/// and the sender re-sends the packet a far link's one-way delay sooner. Only for a flow
+/// whose losses are sent again (here an aggregate flow); a `min-rtt` flow of other
+/// datagrams gets no copies. Link 0: 10 ms one way, 2 Mbit/s; link 1: 80 ms, 20 Mbit/s;
+/// the client's 40th data datagram on link 1 is dropped.
+#[test]
+fn a_far_links_loss_is_told_over_the_near_link() {
+    let run = |policy: crate::PolicyKind| {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)).rate_bps(2e6))
+            .link(LinkSpec::new(ms(80)).rate_bps(20e6))
+            .config(|c| c.default_policy = policy)
+            .drop_fn(drop_nth_data(Side::Client, 1, 40))
+            .build();
+        let flow = FlowSpec::bulk(9600, 1000);
+        pair.send_stream(Side::Client, &flow, 600, at_ms(200), ms(1));
+        pair.drive_until(at_ms(2000));
+        let drop = pair
+            .dropped
+            .iter()
+            .find(|r| r.from == Side::Client && r.carries_data)
+            .expect("a data datagram dropped")
+            .clone();
+        let lost: Vec<u32> = data_in(&drop.bytes).iter().map(|i| i.seq).collect();
+        let came = pair.delivered[1]
+            .iter()
+            .find(|d| lost.contains(&d.inner().seq))
+            .map(|d| d.time - drop.time);
+        let copies = pair
+            .endpoint_ref(Side::Server)
+            .link_stats(LinkId(1))
+            .expect("link 1")
+            .acks_shortcut;
+        (came, copies)
+    };
+    let (came, copies) = run(crate::PolicyKind::Aggregate);
+    let came = came.expect("the lost packet sent again");
+    // One way on the far link, three packets, the copy's and the resend's trips on the
+    // near link (10 ms each): about 105 ms. Told over the far link: 170 ms or more.
+    assert!(came < ms(130), "{came:?}");
+    assert!(copies >= 1, "{copies} copies");
+    let (_, copies) = run(crate::PolicyKind::MinRtt);
+    assert_eq!(copies, 0);
+}
+
 /// A `min-rtt` TCP flow's packet lost on a link that works comes by another link (4.4),
 /// as an aggregate flow's does: TCP would take the loss for congestion and halve its
 /// window. A flow of other datagrams (a call) is left to its transport: a packet a round
