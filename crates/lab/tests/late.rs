@@ -366,7 +366,9 @@ fn the_window_clamp_holds_a_kernel_tcp_sender_without_a_drop() {
 /// aggregate.toml (10 + 10 Mb/s, RTT 20 and 60 ms) for 10 s with 5 % random loss on the
 /// slower link. The tunnel sends the flow's lost packets again and the receiver waits for
 /// them, so the download gets more than either link could carry alone (16.7-17.1 Mb/s in
-/// 20 s runs; 8.6 before the tunnel re-sent anything, under the better link alone).
+/// 20 s runs; 8.6 before the tunnel re-sent anything, under the better link alone). The
+/// client tells the slower link's losses over the faster one (copies of the slower
+/// link's ACKs, `docs/protocol.md` 4.3).
 #[test]
 fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
     if !common::root_or_skip("an_aggregate_download_gets_more_than_one_link_through_a_lossy_one") {
@@ -381,6 +383,7 @@ fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
     assert!(bulk.goodput_mbps > 12.0, "{bulk:?}");
     let e = out.report.engine.as_ref().expect("engine counters");
     assert!(e.reinjected_lost > 0, "{e:?}");
+    assert!(e.acks_shortcut > 0, "{e:?}");
     // Packets re-sent on the other link keep their compact form: each comes out whole.
     assert!(e.compact_sent[0] + e.compact_sent[1] > 1000, "{e:?}");
     assert_eq!(e.compact_undecodable, 0, "{e:?}");

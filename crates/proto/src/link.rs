@@ -618,8 +618,8 @@ pub struct LinkStats {
     /// ACK frames of the link sent on another link, its own direction from this end
     /// having gone unanswered (`docs/protocol.md` 3.12).
     pub acks_around: u64,
-    /// ACK frames of the link that told the peer of a loss, sent on a link whose way back
-    /// is shorter (`docs/protocol.md` 4.3).
+    /// Copies of the link's ACK that told the peer of a loss, sent on a link whose way
+    /// back is shorter (`docs/protocol.md` 4.3).
     pub acks_shortcut: u64,
     /// The peer's PROBEs of the link that showed this end's acknowledgements unheard
     /// (each sent the link's acknowledgements around until answered again).
