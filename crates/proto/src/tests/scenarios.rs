@@ -1701,7 +1701,7 @@ fn a_lost_link_status_is_announced_again() {
 /// and the sender re-sends the packet a far link's one-way delay sooner. Only for a flow
 /// whose losses are sent again (here an aggregate flow); a `min-rtt` flow of other
 /// datagrams gets no copies. Link 0: 10 ms one way, 2 Mbit/s; link 1: 80 ms, 20 Mbit/s;
-/// the client's 40th data datagram on link 1 is dropped.
+/// the client's data datagram 40 (from 0) on link 1 is dropped.
 #[test]
 fn a_far_links_loss_is_told_over_the_near_link() {
     let run = |policy: crate::PolicyKind| {
