@@ -1631,7 +1631,11 @@ impl Endpoint {
                 continue;
             };
             self.write_header(j, buf);
-            self.write_ack_copy(now, i, buf);
+            if !self.write_ack_copy(now, i, buf) {
+                // A datagram carries at least one frame (2.3).
+                buf.clear();
+                continue;
+            }
             self.links[i].stats.acks_shortcut += 1;
             return Some(self.finish(now, j, buf, false, None, false));
         }
@@ -2411,15 +2415,13 @@ impl Endpoint {
 
     /// A copy of link `li`'s ACK (`ack_shortcut`): it reports the ranges an ACK of the
     /// link would and changes nothing of what link `li` owes (its own ACK still falls due
-    /// as before).
-    fn write_ack_copy(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>) {
+    /// as before). Whether it wrote one (not without a range to report).
+    fn write_ack_copy(&mut self, now: Instant, li: usize, buf: &mut Vec<u8>) -> bool {
         let l = &self.links[li];
-        if l.rx.largest().is_none() {
-            return;
-        }
         let ranges: Vec<_> = l.rx.ranges().cloned().collect();
-        wire::emit_ack(buf, l.id.0, l.rx.ack_delay_us(now), &ranges);
-        self.stats.acks_sent += 1;
+        let written = wire::emit_ack(buf, l.id.0, l.rx.ack_delay_us(now), &ranges) > 0;
+        self.stats.acks_sent += u64::from(written);
+        written
     }
 
     /// Writes link `li`'s ACK frame, with as many ranges, newest first, as fit `room`
