@@ -127,6 +127,11 @@ pub(crate) struct SentData {
     /// Declared lost on a link that works, it is sent again on another link (a packet of
     /// an aggregate flow, 4.4).
     pub(crate) recover: bool,
+    /// Of an aggregate flow, the link it was first declared lost on while that link
+    /// delivered what came after it: it may go on that link once more (4.4), if that is
+    /// where it arrives soonest counting the link's losses; lost there a second time, it
+    /// is kept off it.
+    pub(crate) lost_on: Option<LinkId>,
     /// Of a flow spread over several links (`aggregate`): late on this link, it may be
     /// sent again on a link with nothing else to send (4.4).
     pub(crate) spread: bool,
@@ -1668,7 +1673,7 @@ impl Link {
                 None => false,
             };
             if is_lost {
-                let p = slot.take().expect("checked Some");
+                let mut p = slot.take().expect("checked Some");
                 self.pmtu.on_lost(pn);
                 if p.eliciting {
                     self.in_flight -= 1;
@@ -1680,6 +1685,18 @@ impl Link {
                     }
                     if p.mtu {
                         self.ping_due = Some(now);
+                    }
+                    if let Some(d) = &mut p.data
+                        && d.recover
+                        && d.spread
+                        && !d.taken
+                        && d.lost_on.is_none()
+                    {
+                        // This link delivered packets sent after it: it works, and an
+                        // aggregate flow's resend may take it again if that is the
+                        // soonest way (4.4).
+                        d.sent_on &= !link_bit(self.id);
+                        d.lost_on = Some(self.id);
                     }
                     lost.push(p);
                 }
@@ -2238,6 +2255,7 @@ mod tests {
             sent_on: link_bit(LinkId(0)),
             taken: false,
             recover: true,
+            lost_on: None,
             spread: true,
             form: crate::compact::TxForm::Full,
         };
