@@ -10,15 +10,18 @@
 #
 # With --lab (root): the same in the lab (`latebind lab`, kernel TCP), over the flow down
 # and the delays 30/10 and 10/100 only (24 mixes, 60 runs of 25 s: about 25 minutes).
+# With --first: the loss on the first link instead (the nearer one at 10/30 and 10/100).
 #
-# Usage: scripts/mix-sweep.sh [LOSS] [--lab]
+# Usage: scripts/mix-sweep.sh [LOSS] [--lab] [--first]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loss=0.02
 mode=sim
+first=no
 for arg in "$@"; do
   case $arg in
     --lab) mode=lab ;;
+    --first) first=yes ;;
     *) loss=$arg ;;
   esac
 done
@@ -47,14 +50,25 @@ for rates in 10:10 20:5 5:20 10:2 2:10 50:10; do
   for delays in $delay_pairs; do
     IFS=: read -r da db <<<"$delays"
     for d in $directions; do
-      # The first link loses nothing: alone, it is the same run at every loss rate.
-      scenario "$dir/a.toml" "$d" "$ra:$da:0.0"
-      a=$(goodput "$dir/a.toml")
-      for lb in 0.0 "$loss"; do
-        scenario "$dir/agg.toml" "$d" "$ra:$da:0.0" "$rb:$db:$lb"
-        scenario "$dir/b.toml" "$d" "$rb:$db:$lb"
-        g=$(goodput "$dir/agg.toml")
+      # The link without loss is the same run alone at every loss rate.
+      if [ "$first" = yes ]; then
+        scenario "$dir/b.toml" "$d" "$rb:$db:0.0"
         b=$(goodput "$dir/b.toml")
+      else
+        scenario "$dir/a.toml" "$d" "$ra:$da:0.0"
+        a=$(goodput "$dir/a.toml")
+      fi
+      for lb in 0.0 "$loss"; do
+        if [ "$first" = yes ]; then
+          scenario "$dir/agg.toml" "$d" "$ra:$da:$lb" "$rb:$db:0.0"
+          scenario "$dir/a.toml" "$d" "$ra:$da:$lb"
+          a=$(goodput "$dir/a.toml")
+        else
+          scenario "$dir/agg.toml" "$d" "$ra:$da:0.0" "$rb:$db:$lb"
+          scenario "$dir/b.toml" "$d" "$rb:$db:$lb"
+          b=$(goodput "$dir/b.toml")
+        fi
+        g=$(goodput "$dir/agg.toml")
         awk -v r="$rates" -v dl="$delays" -v l="$lb" -v d="$d" -v g="$g" -v a="$a" -v b="$b" 'BEGIN {
           best = a > b ? a : b
           printf "%-8s %-9s %-6s %-5s %9.2f %9.2f %9.2f %7.2f\n", r, dl, l, d, g, a, b, g / best
