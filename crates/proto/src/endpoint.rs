@@ -1210,10 +1210,10 @@ impl Endpoint {
     }
 
     /// Packets declared lost: counted, their payloads recycled; a packet whose payload was
-    /// reinjected is resolved (nothing left to cancel or count). An aggregate flow's packet
-    /// is sent again, with two links or more up, on a link it may still take (4.4: not
-    /// one it was sent on, but the one it was first found lost on); its original is gone
-    /// from the link's records, so there is nothing to cancel it by.
+    /// reinjected is resolved (nothing left to cancel or count). A packet of a flow whose
+    /// losses are sent again ([`SentData::recover`]) is sent again if a link it may take
+    /// is up ([`Self::may_send_again`]); its original is gone from the link's records, so
+    /// there is nothing to cancel it by.
     fn forget_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         self.stats.lost += lost.len() as u64;
         if lost.iter().any(|p| p.status) {
@@ -1248,9 +1248,10 @@ impl Endpoint {
         }
     }
 
-    /// Whether a link that a packet declared lost may take is up: one it was not sent
-    /// on, or the one it was found lost on (4.4) if another link is up too (alone, a link
-    /// is not sent its own losses again: the receiver does not wait for them, 5.2).
+    /// Whether a link that a packet declared lost may take is up (4.4): one it was not
+    /// sent on, which for an aggregate flow's packet includes the link it was first found
+    /// lost on ([`SentData::lost_on`]) if another link is up too (alone, a link is not
+    /// sent its own losses again: the receiver does not wait for them, 5.2).
     fn may_send_again(&self, d: &SentData) -> bool {
         let up = || self.links.iter().filter(|l| l.state == LinkState::Up);
         up().any(|l| {
@@ -2728,31 +2729,9 @@ mod tests {
     /// An idle link `srtt_ms` away, losing `loss_rate` of its packets.
     fn idle_view(id: u16, srtt_ms: u64, loss_rate: f64) -> LinkView {
         LinkView {
-            id: LinkId(id),
-            state: LinkState::Up,
-            srtt: Duration::from_millis(srtt_ms),
             rttvar: Duration::from_millis(1),
-            min_rtt: Duration::from_millis(srtt_ms),
-            recent_max_rtt: Duration::from_millis(srtt_ms),
-            rtt_measured: true,
-            below_binding: 0,
-            budget: 2,
-            tx_rate: 0.0,
-            delivery_rate: 0.0,
-            in_flight: 0,
-            pacer_next: Instant::ZERO,
-            pace_next: Instant::ZERO,
-            backup: false,
-            cwnd: 0,
-            cc_rate: 0.0,
-            queue_delay: Duration::ZERO,
-            return_delay: Duration::ZERO,
-            competitive: false,
-            searching: false,
-            capacity: 0.0,
-            bytes_in_flight: 0,
             loss_rate,
-            max_datagram: usize::MAX,
+            ..LinkView::idle(id, srtt_ms)
         }
     }
 

@@ -124,8 +124,9 @@ pub(crate) struct SentData {
     /// The payload was taken for reinjection on another link (it is empty here); the
     /// record stays so that a late acknowledgement can cancel or count the reinjection.
     pub(crate) taken: bool,
-    /// Declared lost on a link that works, it is sent again on another link (a packet of
-    /// an aggregate flow, 4.4).
+    /// Declared lost on a link that works, it is sent again (a packet of an aggregate
+    /// flow or a `min-rtt` TCP segment, 4.4): on another link, or for an aggregate flow
+    /// maybe the same one ([`Self::lost_on`]).
     pub(crate) recover: bool,
     /// Of an aggregate flow, the link it was first declared lost on while that link
     /// delivered what came after it: it may go on that link once more (4.4), if that is
@@ -695,6 +696,42 @@ pub struct LinkView {
     /// The largest datagram the link carries whole, bytes before the AEAD tag
     /// ([`crate::LinkConfig::max_datagram`]; `usize::MAX` when not known).
     pub max_datagram: usize,
+}
+
+#[cfg(test)]
+impl LinkView {
+    /// For tests: a link up, measured at `srtt_ms` with no variation, nothing below the
+    /// binding point or in flight, no rate known, no loss.
+    pub(crate) fn idle(id: u16, srtt_ms: u64) -> Self {
+        let rtt = Duration::from_millis(srtt_ms);
+        Self {
+            id: LinkId(id),
+            state: LinkState::Up,
+            srtt: rtt,
+            rttvar: Duration::ZERO,
+            min_rtt: rtt,
+            recent_max_rtt: rtt,
+            rtt_measured: true,
+            below_binding: 0,
+            budget: 2,
+            tx_rate: 0.0,
+            delivery_rate: 0.0,
+            in_flight: 0,
+            pacer_next: Instant::ZERO,
+            pace_next: Instant::ZERO,
+            backup: false,
+            cwnd: 0,
+            cc_rate: 0.0,
+            queue_delay: Duration::ZERO,
+            return_delay: Duration::ZERO,
+            competitive: false,
+            searching: false,
+            capacity: 0.0,
+            bytes_in_flight: 0,
+            loss_rate: 0.0,
+            max_datagram: usize::MAX,
+        }
+    }
 }
 
 /// The RTT an idle link is judged by instead of a stale smoothed RTT, if it is: with

@@ -937,31 +937,9 @@ mod tests {
 
     fn view(id: u16, srtt_ms: u64, below: usize) -> LinkView {
         LinkView {
-            id: LinkId(id),
-            state: LinkState::Up,
-            srtt: Duration::from_millis(srtt_ms),
-            rttvar: Duration::ZERO,
-            min_rtt: Duration::from_millis(srtt_ms),
-            recent_max_rtt: Duration::from_millis(srtt_ms),
-            rtt_measured: true,
             below_binding: below,
-            budget: 2,
             tx_rate: 625_000.0, // 5 Mbit/s
-            delivery_rate: 0.0,
-            in_flight: 0,
-            pacer_next: Instant::ZERO,
-            pace_next: Instant::ZERO,
-            backup: false,
-            cwnd: 0,
-            cc_rate: 0.0,
-            queue_delay: Duration::ZERO,
-            return_delay: Duration::ZERO,
-            competitive: false,
-            searching: false,
-            capacity: 0.0,
-            bytes_in_flight: 0,
-            loss_rate: 0.0,
-            max_datagram: usize::MAX,
+            ..LinkView::idle(id, srtt_ms)
         }
     }
 
