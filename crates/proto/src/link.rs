@@ -1724,14 +1724,13 @@ impl Link {
                         self.ping_due = Some(now);
                     }
                     if let Some(d) = &mut p.data
-                        && d.recover
                         && d.spread
                         && !d.taken
                         && d.lost_on.is_none()
                     {
                         // This link delivered packets sent after it: it works, and an
-                        // aggregate flow's resend may take it again if that is the
-                        // soonest way (4.4).
+                        // aggregate flow's resend (its losses are sent again: `recover`)
+                        // may take it again if that is the soonest way (4.4).
                         d.sent_on &= !link_bit(self.id);
                         d.lost_on = Some(self.id);
                     }

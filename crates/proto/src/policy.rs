@@ -701,13 +701,27 @@ impl Aggregate {
     /// behind the reorder buffer, and its full share again as its loss rate decays.
     #[inline]
     fn expected_arrival_ns(raw_ns: u64, link: &LinkView, elsewhere_ns: u64) -> u64 {
-        if link.loss_rate <= 0.0 {
-            return raw_ns;
-        }
         let found_lost = crate::link::loss_delay(link.srtt).as_secs_f64() * 1e9;
-        let late = (found_lost + elsewhere_ns as f64 - raw_ns as f64).max(0.0);
-        raw_ns + (link.loss_rate * late) as u64
+        arrival_counting_loss_ns(raw_ns, link.loss_rate, found_lost, elsewhere_ns)
     }
+}
+
+/// The expected arrival, nanoseconds from now, of a packet that arrives `raw_ns` from now
+/// on a link unless the link loses it, which it does with probability `loss_rate`: it is
+/// then found lost `found_lost_ns` after it left and sent again on another link, arriving
+/// there `elsewhere_ns` from then.
+#[inline]
+pub(crate) fn arrival_counting_loss_ns(
+    raw_ns: u64,
+    loss_rate: f64,
+    found_lost_ns: f64,
+    elsewhere_ns: u64,
+) -> u64 {
+    if loss_rate <= 0.0 {
+        return raw_ns;
+    }
+    let late = (found_lost_ns + elsewhere_ns as f64 - raw_ns as f64).max(0.0);
+    raw_ns + (loss_rate * late) as u64
 }
 
 /// Parameters of [`Overflow`] (the bonding slides' names).
