@@ -249,9 +249,11 @@ struct SimLink {
     moved: bool,
     /// Remote outages (`outage_local = false`): the intervals, empty for a local link.
     remote_outages: Vec<(Duration, Duration)>,
-    /// Remote outages: ids of uplink packets that left the client's side during one, in
-    /// departure order (the link never reorders); lost when they would arrive.
-    doomed: VecDeque<u64>,
+    /// Remote outages: ids of uplink packets that left the client's side during one; lost
+    /// when they would arrive. A set, not a queue: one of them may be lost at random
+    /// (its `Lost` event comes at its departure) while those ahead of it still
+    /// propagate.
+    doomed: HashSet<u64>,
     /// The uplink's bottleneck is the client's interface, whose departures the client
     /// sees (`uplink_bottleneck = "client"`); otherwise it is in the network.
     up_visible: bool,
@@ -444,7 +446,7 @@ impl World {
                 new_address: l.outage_new_address,
                 moved: false,
                 remote_outages,
-                doomed: VecDeque::new(),
+                doomed: HashSet::new(),
                 up_visible,
                 outside: [HashSet::new(), HashSet::new()],
                 accepted: [VecDeque::new(), VecDeque::new()],
@@ -871,7 +873,7 @@ impl World {
         match ev {
             LinkEvent::TxDone { id: packet } => {
                 if uplink && self.links[i].remote_out(now) {
-                    self.links[i].doomed.push_back(packet);
+                    self.links[i].doomed.insert(packet);
                 }
                 if uplink
                     && self.links[i].up_visible
@@ -892,9 +894,8 @@ impl World {
                 let extra = if outside { 0 } else { WIRE_EXTRA };
                 self.links[i].tally.bytes_delivered[usize::from(!uplink)] +=
                     (payload.len() + extra) as u64;
-                if uplink && self.links[i].doomed.front() == Some(&packet) {
+                if uplink && self.links[i].doomed.remove(&packet) {
                     let l = &mut self.links[i];
-                    l.doomed.pop_front();
                     l.tally.lost_on_link += 1;
                     l.tally.lost_at_outage_up += 1;
                     return;
@@ -915,8 +916,8 @@ impl World {
             } => {
                 self.links[i].settle(uplink, packet);
                 // Lost anyway (random loss): counted once, below.
-                if uplink && self.links[i].doomed.front() == Some(&packet) {
-                    self.links[i].doomed.pop_front();
+                if uplink {
+                    self.links[i].doomed.remove(&packet);
                 }
                 self.links[i].outside[usize::from(!uplink)].remove(&packet);
                 let t = &mut self.links[i].tally;

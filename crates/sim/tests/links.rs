@@ -171,6 +171,46 @@ fn remote_outage_is_not_told_to_the_late_engine() {
 }
 
 #[test]
+fn a_random_loss_inside_a_remote_outage_leaves_the_rest_of_it_lost() {
+    // Random loss on the dying link too: a packet that leaves the client's side in the
+    // outage may be lost at random while those that left before it still propagate.
+    // Every other one must still be lost, in this outage and in the next.
+    let s = load(
+        r#"
+[scenario]
+name = "remote-loss"
+duration_s = 6.0
+[[links]]
+name = "a"
+rate_mbps = 10.0
+delay_ms = 20.0
+loss = 0.05
+outages = [[1.0, 3.0], [4.0, 5.0]]
+outage_local = false
+[[links]]
+name = "b"
+rate_mbps = 10.0
+delay_ms = 30.0
+[[flows]]
+name = "cbr"
+kind = "udp-cbr"
+rate_mbps = 2.0
+"#,
+    );
+    let r = run(&s, Mode::Early).unwrap();
+    let (f, a) = (&r.flows[0], &r.links[0]);
+    // 3 s out of 6 s: one packet every 5.6 ms, so 535 or 536 leave in the outages.
+    let period_s: f64 = 1400.0 * 8.0 / 2e6;
+    let in_outages = (3.0 / period_s).floor() as u64;
+    assert!(
+        a.lost_at_outage_up >= in_outages * 9 / 10,
+        "{} of {in_outages} lost at the outages: {a:?}",
+        a.lost_at_outage_up
+    );
+    assert!(f.max_gap_ms > 2000.0, "{f:?}");
+}
+
+#[test]
 fn cuts_report_the_stall_data_again_and_loss_around_each_cut() {
     // The route stays on the dead link: nothing arrives from shortly after the cut to
     // shortly after the link returns at 3 s, and every packet that left during the
