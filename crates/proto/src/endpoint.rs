@@ -936,12 +936,27 @@ impl Endpoint {
         let link = &mut self.links[li];
         let pn = wire::expand(header.pn, link.rx.expected());
         let expected = link.rx.expected();
+        let heard_before = link.rx.received > 0;
+        let last_heard = link.rx.largest_time;
         if !link.rx.insert(pn, now) {
             link.stats.duplicate_packets += 1;
             self.stats.duplicate_packets += 1;
             return false;
         }
         link.stats.datagrams_received += 1;
+        if link.state == LinkState::Suspect
+            && heard_before
+            && now - last_heard
+                >= link.suspect_timeout(self.config.max_ack_delay, self.config.suspect_min)
+        {
+            // The peer's direction of a suspect link delivers again after a silence as
+            // long as a suspect timeout: the link is likely back both ways. It is probed
+            // at once, its backoff restarted, instead of at the next probe, which the
+            // backoff may put hundreds of ms away when the last probe before the end of
+            // the cut was lost (6).
+            link.ping_due = Some(now);
+            link.probe_backoff = 0;
+        }
         link.rx.note_gap(pn, expected);
         if eliciting {
             // Out-of-order arrivals and probes are acknowledged at once: the first so the

@@ -555,6 +555,67 @@ fn silent_link_is_suspected_at_its_reinjection_timer_its_packets_reinjected_and_
     );
 }
 
+/// Link 0 goes silent both ways under streams both ways, and both ends suspect it; the
+/// client's first datagram on it after the silence, its next probe, is lost too. The
+/// server's probe then brings the server's side up. The client hears that probe on its
+/// suspect link after a silence and probes at once (6): it is up within a round trip or
+/// two of the server, not at its own next probe, which the backoff puts up to a second
+/// later.
+#[test]
+fn a_suspect_link_that_hears_from_the_peer_again_is_probed_at_once() {
+    let mut silent = blackhole(0, SILENT_FROM, SILENT_UNTIL);
+    let mut probe_lost = false;
+    let mut pair = PairBuilder::new()
+        .link(LinkSpec::new(ms(10)))
+        .link(LinkSpec::new(ms(30)))
+        .drop_fn(Box::new(move |d| {
+            if silent(d) {
+                return true;
+            }
+            let first_after = !probe_lost
+                && d.from == Side::Client
+                && d.link == LinkId(0)
+                && d.time >= SILENT_UNTIL;
+            probe_lost |= first_after;
+            first_after
+        }))
+        .build();
+    pair.send_stream(
+        Side::Client,
+        &FlowSpec::bulk(9100, 472),
+        900,
+        at_ms(100),
+        ms(2),
+    );
+    pair.send_stream(
+        Side::Server,
+        &FlowSpec::bulk(9101, 472),
+        900,
+        at_ms(100),
+        ms(2),
+    );
+    pair.drive_bounded();
+    let up_again = |side: Side| -> Instant {
+        let changes = state_changes(&pair, side, 0);
+        assert_eq!(
+            changes.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(),
+            [
+                (LinkState::Up, LinkState::Suspect),
+                (LinkState::Suspect, LinkState::Up)
+            ],
+            "{side:?}"
+        );
+        changes[1].0
+    };
+    let (client, server) = (up_again(Side::Client), up_again(Side::Server));
+    assert!(server > SILENT_UNTIL, "{server:?}");
+    // One round trip of link 0 is 20 ms.
+    assert!(
+        client > server && client - server <= ms(30),
+        "client up at {client:?}, server at {server:?}"
+    );
+}
+
 /// A sparse flow's packet does not wait behind a dead link's load: link 0 goes silent
 /// under a bulk stream, its in-flight packets are reinjected on link 1, whose interface
 /// takes one every 4 ms, and a packet of another flow sent meanwhile leaves before them
