@@ -175,28 +175,13 @@ fn a_random_loss_inside_a_remote_outage_leaves_the_rest_of_it_lost() {
     // Random loss on the dying link too: a packet that leaves the client's side in the
     // outage may be lost at random while those that left before it still propagate.
     // Every other one must still be lost, in this outage and in the next.
-    let s = load(
-        r#"
-[scenario]
-name = "remote-loss"
-duration_s = 6.0
-[[links]]
-name = "a"
-rate_mbps = 10.0
-delay_ms = 20.0
-loss = 0.05
-outages = [[1.0, 3.0], [4.0, 5.0]]
-outage_local = false
-[[links]]
-name = "b"
-rate_mbps = 10.0
-delay_ms = 30.0
-[[flows]]
-name = "cbr"
-kind = "udp-cbr"
-rate_mbps = 2.0
-"#,
-    );
+    let s = cut_scenario(false)
+        .with_overrides([
+            "scenario.duration_s=6.0",
+            "links.0.loss=0.05",
+            "links.0.outages=[[1.0, 3.0], [4.0, 5.0]]",
+        ])
+        .unwrap();
     let r = run(&s, Mode::Early).unwrap();
     let (f, a) = (&r.flows[0], &r.links[0]);
     // 3 s out of 6 s: one packet every 5.6 ms, so 535 or 536 leave in the outages.

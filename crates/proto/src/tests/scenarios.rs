@@ -580,20 +580,9 @@ fn a_suspect_link_that_hears_from_the_peer_again_is_probed_at_once() {
             first_after
         }))
         .build();
-    pair.send_stream(
-        Side::Client,
-        &FlowSpec::bulk(9100, 472),
-        900,
-        at_ms(100),
-        ms(2),
-    );
-    pair.send_stream(
-        Side::Server,
-        &FlowSpec::bulk(9101, 472),
-        900,
-        at_ms(100),
-        ms(2),
-    );
+    for (side, port) in [(Side::Client, 9100), (Side::Server, 9101)] {
+        pair.send_stream(side, &FlowSpec::bulk(port, 472), 900, at_ms(100), ms(2));
+    }
     pair.drive_bounded();
     let up_again = |side: Side| -> Instant {
         let changes = state_changes(&pair, side, 0);
