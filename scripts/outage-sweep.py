@@ -14,31 +14,34 @@ outage's start to the next outage): their mean, and how many lasted 500 ms or mo
 """
 import argparse
 import concurrent.futures
-import json
+import importlib.util
 import math
 import os
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIXES = [("10", "10", "10", "30"), ("10", "2", "30", "10"), ("50", "10", "5", "5"),
          ("20", "5", "10", "100")]
 
 
+def load_policy_sweep():
+    """`policy-sweep.py`'s simulator runner (its name is not a module name)."""
+    spec = importlib.util.spec_from_file_location(
+        "policy_sweep", os.path.join(HERE, "policy-sweep.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PS = load_policy_sweep()
+
+
 def run(binary, mix, dur, link, direction, seed):
     spec = subprocess.run(
         [sys.executable, os.path.join(HERE, "outage-mix.py"), direction, str(dur), str(link),
          str(seed), *mix], check=True, capture_output=True, text=True).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(spec)
-        path = f.name
-    try:
-        out = subprocess.run([binary, "sim", path, "--mode", "late", "--json"], check=True,
-                             capture_output=True, text=True).stdout
-    finally:
-        os.unlink(path)
-    report = json.loads(out)
+    report = PS.report(binary, spec)
     return report["flows"][0]["goodput_mbps"], [c["stall_ms"] for c in report["cuts"]]
 
 

@@ -55,7 +55,8 @@ def scenario(links, direction, policy, probe, duration=15.0, seed=1):
     return s
 
 
-def run(binary, text, sets=()):
+def report(binary, text, sets=()):
+    """The simulator's whole JSON report of scenario `text` with `binary`."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(text)
         path = f.name
@@ -64,10 +65,15 @@ def run(binary, text, sets=()):
         out = subprocess.run([binary, "sim", path, "--mode", "late", "--json", *extra],
                              capture_output=True, text=True)
         if out.returncode != 0:
-            sys.exit(f"policy-sweep: {binary} sim failed: {out.stderr.strip()}")
-        return {f["name"]: f for f in json.loads(out.stdout)["flows"]}
+            sys.exit(f"{os.path.basename(sys.argv[0])}: {binary} sim failed: "
+                     f"{out.stderr.strip()}")
+        return json.loads(out.stdout)
     finally:
         os.unlink(path)
+
+
+def run(binary, text, sets=()):
+    return {f["name"]: f for f in report(binary, text, sets)["flows"]}
 
 
 def grid(builds, policy):

@@ -574,9 +574,10 @@ impl Endpoint {
     /// and the second shortest (the second resend's link is not the first's). Without the
     /// second try, a resend lost again on a 50 Mbit/s link losing 2 % beside a 10 Mbit/s
     /// one, both at 5 ms, left its gap to the inner TCP (9 times in one 20 s run), and the
-    /// flow fell from 54.75 to 46.07 Mbit/s over four seeds (`docs/RESULTS.md` 8.9). A link not measured yet
-    /// counts with the initial RTT and variation (a TCP's first window, whose losses a TCP
-    /// without SACK recovers worst, comes before every link is). Suspect links count: a
+    /// flow fell from 54.75 to 46.07 Mbit/s over four seeds (`docs/RESULTS.md` 8.9). A
+    /// link not measured yet counts with the initial RTT and variation (a TCP's first
+    /// window, whose losses a TCP without SACK recovers worst, comes before every link
+    /// is). Suspect links count: a
     /// link that lost the last packets it was given turns suspect when its timer expires,
     /// and that is when the sender re-sends them on another. `None` with fewer than two
     /// links up or suspect, where nothing is re-sent.
