@@ -579,11 +579,17 @@ impl Endpoint {
     /// window, whose losses a TCP without SACK recovers worst, comes before every link
     /// is). Suspect links count: a
     /// link that lost the last packets it was given turns suspect when its timer expires,
-    /// and that is when the sender re-sends them on another. `None` with fewer than two
-    /// links up or suspect, where nothing is re-sent.
+    /// and that is when the sender re-sends them on another. With one link up or
+    /// suspect, one try on it: the sender sends such a packet as DATA_RECOVERED only
+    /// while its lone link's rate control has the queue to itself
+    /// ([`Self::repairs_on`]), and re-sends a loss there once. `None` with no link.
     fn recovery_wait(&self) -> Option<Duration> {
         let alive = || self.links.iter().filter(|l| l.state != LinkState::Down);
-        alive().nth(1)?;
+        if alive().nth(1).is_none() {
+            let l = alive().next()?;
+            let found = crate::link::found_lost_by(l.rtt.srtt, l.rtt.rttvar);
+            return Some(found + self.config.max_ack_delay + l.rtt.srtt / 2 + l.rtt.rttvar * 2);
+        }
         let found = alive()
             .map(|l| crate::link::found_lost_by(l.rtt.srtt, l.rtt.rttvar))
             .max()?;
@@ -1265,13 +1271,32 @@ impl Endpoint {
     }
 
     /// Whether a link that a packet declared lost may take is up (4.4): one it was not
-    /// sent on, which for an aggregate flow's packet includes the link it was first found
-    /// lost on ([`SentData::lost_on`]) if another link is up too (alone, a link is not
-    /// sent its own losses again: the receiver does not wait for them, 5.2).
+    /// sent on, which includes the link it was first found lost on
+    /// ([`SentData::lost_on`]) for an aggregate flow's packet, and for a `min-rtt` TCP
+    /// segment when no other link is up (its resend goes on another link if one is).
     fn may_send_again(&self, d: &SentData) -> bool {
         let up = || self.links.iter().filter(|l| l.state == LinkState::Up);
-        let several = up().nth(1).is_some();
-        up().any(|l| d.sent_on & link_bit(l.id) == 0 && (several || d.lost_on != Some(l.id)))
+        let alone = up().nth(1).is_none();
+        up().any(|l| {
+            d.sent_on & link_bit(l.id) == 0 && (d.spread || alone || d.lost_on != Some(l.id))
+        })
+    }
+
+    /// Whether a loss of a packet bound to link `li` now may be sent again (4.4): with
+    /// another link up, always; alone, only while its rate control has its queue to
+    /// itself (not competing): a loss is then the path's, while a FIFO shared with
+    /// another sender, overflowing, would most likely drop the resend too, and the
+    /// receiver's wait for it would hold the inner TCP's answer to the congestion back
+    /// (a download starting second behind another's full FIFO: 0.80 -> 0.50 Mbit/s in
+    /// `crates/sim/tests/ratecontrol.rs`). A link without rate control cannot tell.
+    /// The packet goes as DATA_RECOVERED only if so (5.2).
+    fn repairs_on(&self, li: usize) -> bool {
+        let l = &self.links[li];
+        l.cc.as_ref().is_some_and(|c| !c.competitive())
+            || self
+                .links
+                .iter()
+                .any(|o| o.id != l.id && o.state == LinkState::Up)
     }
 
     /// The original of a reinjected packet was acknowledged: cancel the reinjection if it
@@ -1949,7 +1974,7 @@ impl Endpoint {
             Again::Reinject => front.data.sent_on,
             Again::Copy => front.round,
         };
-        let lost_on = front.data.lost_on;
+        let (lost_on, spread) = (front.data.lost_on, front.data.spread);
         let meta = PacketMeta {
             flow: front.data.flow,
             len: wire::DATA_OVERHEAD + front.data.payload.len(),
@@ -1996,7 +2021,11 @@ impl Endpoint {
             }
         }
         if which == Again::Reinject {
-            hide_lossy_again(now, lost_on, meta.len, &mut views);
+            if spread {
+                hide_lossy_again(now, lost_on, meta.len, &mut views);
+            } else {
+                hide_unless_alone(lost_on, &mut views);
+            }
         }
         let fits = crate::policy::hide_links_too_small(&mut views, meta.len);
         if !fits && which == Again::Copy && views.iter().any(|v| v.state != LinkState::Down) {
@@ -2278,8 +2307,9 @@ impl Endpoint {
         self.next_global_seq += 1;
         // Read from the packet, not the flow's key: the shared overflow queue (flow table
         // full) mixes connections.
-        let recover = kind == PolicyKind::Aggregate
-            || kind == PolicyKind::MinRtt && crate::classify::is_tcp(&queued.data);
+        let recover = (kind == PolicyKind::Aggregate
+            || kind == PolicyKind::MinRtt && crate::classify::is_tcp(&queued.data))
+            && self.repairs_on(li);
         let form = if self.config.header_compression {
             let fits = self.template_fits(li, queued.data.len());
             self.compressor.form(now, flow, &queued.data, fits)
@@ -2697,6 +2727,20 @@ fn hide_lossy_again(now: Instant, lost_on: Option<LinkId>, len: usize, views: &m
     let found = crate::link::found_lost_by(v.srtt, v.rttvar).as_secs_f64() * 1e9;
     if crate::policy::arrival_counting_loss_ns(here, v.loss_rate, found, elsewhere) >= elsewhere {
         views[i].state = LinkState::Down;
+    }
+}
+
+/// A `min-rtt` TCP segment found lost on a link goes on another link if one is usable
+/// (4.4): that flow keeps to its link, and resends there add to the jitter of a call
+/// sharing it. With no other link usable, the link it was lost on is the only way.
+fn hide_unless_alone(lost_on: Option<LinkId>, views: &mut [LinkView]) {
+    let Some(id) = lost_on else {
+        return;
+    };
+    if crate::policy::usable(views).any(|v| v.id != id) {
+        for v in views.iter_mut().filter(|v| v.id == id) {
+            v.state = LinkState::Down;
+        }
     }
 }
 

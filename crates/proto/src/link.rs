@@ -125,13 +125,14 @@ pub(crate) struct SentData {
     /// record stays so that a late acknowledgement can cancel or count the reinjection.
     pub(crate) taken: bool,
     /// Declared lost on a link that works, it is sent again (a packet of an aggregate
-    /// flow or a `min-rtt` TCP segment, 4.4): on another link, or for an aggregate flow
-    /// maybe the same one ([`Self::lost_on`]).
+    /// flow or a `min-rtt` TCP segment, 4.4, bound while the link could repair it:
+    /// `Endpoint::repairs_on`): on another link, or maybe the same one
+    /// ([`Self::lost_on`]).
     pub(crate) recover: bool,
-    /// Of an aggregate flow, the link it was first declared lost on while that link
-    /// delivered what came after it: it may go on that link once more (4.4), if that is
-    /// where it arrives soonest counting the link's losses; lost there a second time, it
-    /// is kept off it.
+    /// The link it was first declared lost on while that link delivered what came after
+    /// it: it may go on that link once more (4.4), an aggregate flow's packet if that is
+    /// where it arrives soonest counting the link's losses, a `min-rtt` TCP segment if
+    /// no other link is up; lost there a second time, it is kept off it.
     pub(crate) lost_on: Option<LinkId>,
     /// Of a flow spread over several links (`aggregate`): late on this link, it may be
     /// sent again on a link with nothing else to send (4.4).
@@ -1724,13 +1725,14 @@ impl Link {
                         self.ping_due = Some(now);
                     }
                     if let Some(d) = &mut p.data
-                        && d.spread
+                        && d.recover
                         && !d.taken
                         && d.lost_on.is_none()
                     {
-                        // This link delivered packets sent after it: it works, and an
-                        // aggregate flow's resend (its losses are sent again: `recover`)
-                        // may take it again if that is the soonest way (4.4).
+                        // This link delivered packets sent after it: it works, and the
+                        // resend (its losses are sent again: `recover`) may take it again:
+                        // an aggregate flow's if that is the soonest way, a `min-rtt` TCP
+                        // segment's if no other link is up (4.4).
                         d.sent_on &= !link_bit(self.id);
                         d.lost_on = Some(self.id);
                     }

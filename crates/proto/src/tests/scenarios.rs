@@ -1901,3 +1901,73 @@ fn a_min_rtt_tcp_packet_lost_on_a_working_link_comes_by_another() {
     assert_eq!(delivered, 400 - dropped);
     assert_eq!(resent, 0);
 }
+
+/// Alone, a link is sent its own losses again (4.4) while its rate control has the queue
+/// to itself: a TCP flow (`min-rtt`) or an aggregate flow over one link that drops every
+/// tenth of its first 300 data datagrams gets every packet, in order, no gap given up
+/// (the receiver waits for the resend, 5.2). A call's datagrams are not sent again, and
+/// their gaps are given up as before. One link, 20 Mbit/s, 10 ms one way.
+#[test]
+fn a_lone_link_is_sent_its_own_losses_again() {
+    let run = |kind: &str| {
+        let mut pair = PairBuilder::new()
+            .link(LinkSpec::new(ms(10)).rate_bps(20e6))
+            .config(move |c| {
+                if kind == "aggregate" {
+                    c.default_policy = crate::PolicyKind::Aggregate;
+                }
+            })
+            .drop_fn(Box::new(|d| {
+                d.from == Side::Client && d.data_index.is_some_and(|k| k % 10 == 3 && k < 300)
+            }))
+            .build();
+        let start = at_ms(200);
+        for seq in 0..400u32 {
+            let packet = if kind == "tcp" {
+                crate::classify::test_tcp(9510, seq, 0x18, &[], 1000)
+            } else {
+                FlowSpec::bulk(9510, 1000).packet(seq)
+            };
+            pair.send_at(start + ms(1) * seq, Side::Client, packet);
+        }
+        pair.drive_until(start + ms(3000));
+        let dropped = pair
+            .dropped
+            .iter()
+            .filter(|r| r.carries_data && r.from == Side::Client)
+            .count();
+        // Both kinds carry their number at bytes 28-31 (test_tcp's acknowledgement
+        // number; FlowSpec's payload), in order and once each.
+        let seqs: Vec<u32> = pair.delivered[1]
+            .iter()
+            .map(|d| u32::from_be_bytes(d.bytes[28..32].try_into().expect("4 bytes")))
+            .collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{kind}: {seqs:?}");
+        let delivered = seqs.len();
+        let skipped = pair.server.stats().reorder.gaps_skipped;
+        (
+            dropped,
+            delivered,
+            pair.client.stats().reinjected_lost,
+            skipped,
+        )
+    };
+    for kind in ["tcp", "aggregate"] {
+        let (dropped, delivered, resent, skipped) = run(kind);
+        assert!(dropped >= 25, "{kind}: {dropped} dropped");
+        assert_eq!(
+            delivered, 400,
+            "{kind}: {dropped} dropped, {resent} re-sent"
+        );
+        assert!(
+            resent >= dropped as u64,
+            "{kind}: {resent} re-sent of {dropped}"
+        );
+        assert_eq!(skipped, 0, "{kind}");
+    }
+    let (dropped, delivered, resent, skipped) = run("call");
+    assert!(dropped >= 25, "{dropped} dropped");
+    assert_eq!(delivered, 400 - dropped);
+    assert_eq!(resent, 0);
+    assert_eq!(skipped, dropped as u64);
+}
