@@ -585,21 +585,21 @@ impl Endpoint {
     /// ([`Self::repairs_on`]), and re-sends a loss there once. `None` with no link.
     fn recovery_wait(&self) -> Option<Duration> {
         let alive = || self.links.iter().filter(|l| l.state != LinkState::Down);
-        if alive().nth(1).is_none() {
-            let l = alive().next()?;
-            let found = crate::link::found_lost_by(l.rtt.srtt, l.rtt.rttvar);
-            return Some(found + self.config.max_ack_delay + l.rtt.srtt / 2 + l.rtt.rttvar * 2);
-        }
         let found = alive()
             .map(|l| crate::link::found_lost_by(l.rtt.srtt, l.rtt.rttvar))
-            .max()?;
+            .max()?
+            + self.config.max_ack_delay;
         let (first, second) = alive().map(|l| l.rtt.srtt / 2 + l.rtt.rttvar * 2).fold(
             (Duration::MAX, Duration::MAX),
             |(a, b), t| {
                 if t < a { (t, a) } else { (a, b.min(t)) }
             },
         );
-        Some((found + self.config.max_ack_delay) * 2 + first + second)
+        if second == Duration::MAX {
+            // One link: one try.
+            return Some(found + first);
+        }
+        Some(found * 2 + first + second)
     }
 
     /// The CoDel interval in force: the configured floor, or `codel_rtt_factor` times the
