@@ -2255,6 +2255,16 @@ impl Endpoint {
                 Binding::Behind(id, _) if small => Binding::Link(id),
                 b => b,
             };
+            // A packet that waits while a link has room: the next flows may take it. (Not
+            // under the overflow policy: its round robin over the links waits only when
+            // none of its links has room, and the flows share those links in turn.)
+            let wait = || {
+                if kind != PolicyKind::Overflow && offered.iter().any(|v| v.has_room(now)) {
+                    Decision::Pass
+                } else {
+                    Decision::Wait
+                }
+            };
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => Decision::Take((i, kind, false)),
@@ -2263,15 +2273,15 @@ impl Endpoint {
                     {
                         Decision::Take((i, kind, true))
                     }
-                    _ => Decision::Wait,
+                    _ => wait(),
                 },
                 Binding::Behind(id, bytes) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => {
                         Decision::TakeBehind((i, kind, false), bytes, usize::from(id.0))
                     }
-                    _ => Decision::Wait,
+                    _ => wait(),
                 },
-                Binding::Wait => Decision::Wait,
+                Binding::Wait => wait(),
             }
         };
         let mut taken = if sparse_only {

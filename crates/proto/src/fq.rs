@@ -37,6 +37,11 @@ pub(crate) struct Queued {
     pub(crate) enqueued: Instant,
 }
 
+/// How many flows one call of the scheduler passes over whose heads wait for a link
+/// without room while another has room ([`Decision::Pass`]): each costs a policy
+/// decision, and more waiting flows than links seldom wait for different links.
+const MAX_PASSED: usize = 8;
+
 /// A packet of at most this many bytes is small, and so is a flow whose waiting packets
 /// all are: its packets may pass a link's full window (`dequeue_small_with`). RFC 791's
 /// 576 bytes, the datagram every host takes whole: a call's, a game's, a DNS query's
@@ -401,6 +406,9 @@ pub(crate) enum Decision<T> {
     TakeBehind(T, usize, usize),
     /// Leave it at the head; nothing can take it now.
     Wait,
+    /// Leave it at the head, and offer the next flows: it waits for a link without room
+    /// while another link has room that their packets may take ([`MAX_PASSED`]).
+    Pass,
 }
 
 /// A flow with numbers given to packets taken from behind its head still ahead of its
@@ -471,6 +479,9 @@ pub(crate) struct FlowQueues {
     /// ahead of `next_seq`: a few at most, kept beside the flow table rather than in
     /// every flow.
     numbered_behind: Vec<NumberedBehind>,
+    /// The flows a call of the scheduler passed over, their heads waiting for a link
+    /// without room (scratch, kept for its allocation).
+    passed: Vec<(List, usize)>,
     pub(crate) stats: QueueStats,
 }
 
@@ -478,6 +489,7 @@ impl FlowQueues {
     pub(crate) fn new(config: &Config) -> Self {
         Self {
             numbered_behind: Vec::new(),
+            passed: Vec::new(),
             flows: Vec::new(),
             free: Vec::new(),
             index: FlowIndex::new(config.hash_seed),
@@ -847,11 +859,42 @@ impl FlowQueues {
         self.dequeue_lists(now, true, decide)
     }
 
+    /// The scheduler's round: the first flow in DRR order whose head `decide` takes. A
+    /// flow whose head waits for a link without room while another link has room
+    /// ([`Decision::Pass`]) is passed over, up to [`MAX_PASSED`] of them, and keeps its
+    /// place and deficit: a packet waiting for one link must not hold up the flows that
+    /// another link could carry now (a call's
+    /// packet waiting some 20 ms for a slow link's next slot stopped a bulk upload on a
+    /// fast link beside it for as long, every 20 ms: 7.5 Mb/s of its 15.1, `docs/RESULTS.md`
+    /// 23).
     fn dequeue_lists<T>(
         &mut self,
         now: Instant,
         sparse_only: bool,
+        decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
+    ) -> Option<(Queued, FlowId, u64, T)> {
+        let mut passed = std::mem::take(&mut self.passed);
+        passed.clear();
+        let out = self.dequeue_passing(now, sparse_only, decide, &mut passed);
+        // Back at the front of their lists, in their order.
+        for &(list, slot) in passed.iter().rev() {
+            match list {
+                List::Priority => self.priority.push_front(slot),
+                List::New => self.new.push_front(slot),
+                List::Old => self.old.push_front(slot),
+                List::None => {}
+            }
+        }
+        self.passed = passed;
+        out
+    }
+
+    fn dequeue_passing<T>(
+        &mut self,
+        now: Instant,
+        sparse_only: bool,
         mut decide: impl FnMut(&Flow, &Queued) -> Decision<T>,
+        passed: &mut Vec<(List, usize)>,
     ) -> Option<(Queued, FlowId, u64, T)> {
         // Bounded: every iteration either returns, removes a flow from a list, or moves
         // a flow from one list to the back of `old` after refilling its deficit.
@@ -897,7 +940,12 @@ impl FlowQueues {
                 .front(flow.queue)
                 .expect("codel_head saw a packet");
             return match decide(flow, head) {
-                Decision::Wait => None,
+                Decision::Pass if passed.len() < MAX_PASSED => {
+                    self.pop_list(list);
+                    passed.push((list, slot));
+                    continue;
+                }
+                Decision::Wait | Decision::Pass => None,
                 Decision::Take(t) => {
                     let (q, id, seq) = self.take_head(slot);
                     Some((q, id, seq, t))
@@ -933,7 +981,7 @@ impl FlowQueues {
                 continue;
             };
             return match decide(flow, head) {
-                Decision::Wait => None,
+                Decision::Wait | Decision::Pass => None,
                 // Only a small flow's head goes this way, never a packet behind it.
                 Decision::Take(t) | Decision::TakeBehind(t, ..) => {
                     self.small.pop_front();
@@ -1773,6 +1821,55 @@ mod tests {
     }
 
     #[test]
+    fn a_flow_waiting_for_a_link_is_passed_over_and_keeps_its_place() {
+        // Flow 1 (sparse, first in line) waits for a link without room while another
+        // link has room: flow 2's packet goes, and flow 1 is still first the next time.
+        // A flow that waits with no link free (Wait) holds the round as before.
+        let t = Instant::ZERO;
+        let mut q = FlowQueues::new(&Config::default());
+        enq(&mut q, t, pkt(1, 0, 100, 0));
+        for _ in 0..3 {
+            enq(&mut q, t, pkt(2, 0, 1400, 0));
+        }
+        let mut offered = Vec::new();
+        let got = q.dequeue_with(t, |_, h| {
+            offered.push(port(h));
+            if port(h) == 1 {
+                Decision::Pass
+            } else {
+                Decision::Take(())
+            }
+        });
+        assert_eq!(got.map(|(p, ..)| port(&p)), Some(2));
+        assert_eq!(offered, [1, 2]);
+        let got = q.dequeue_with(t, |_, h| {
+            if port(h) == 1 {
+                Decision::Wait
+            } else {
+                Decision::Take(())
+            }
+        });
+        assert!(
+            got.is_none(),
+            "a flow that waits with no link free holds the round"
+        );
+        let got = q.dequeue_with(t, |_, _| Decision::Take(()));
+        assert_eq!(got.map(|(p, ..)| port(&p)), Some(1));
+        // No more than MAX_PASSED flows passed over in one round.
+        let mut q = FlowQueues::new(&Config::default());
+        for f in 0..(MAX_PASSED as u16 + 2) {
+            enq(&mut q, t, pkt(10 + f, 0, 100, 0));
+        }
+        let mut n = 0;
+        let got = q.dequeue_with(t, |_, _| {
+            n += 1;
+            Decision::<()>::Pass
+        });
+        assert!(got.is_none());
+        assert_eq!(n, MAX_PASSED + 1);
+    }
+
+    #[test]
     fn a_link_is_not_given_a_packet_ahead_of_one_it_took_from_behind() {
         let datagram = crate::wire::DATA_OVERHEAD + 100;
         let mut q = FlowQueues::new(&Config::default());
@@ -1782,6 +1879,7 @@ mod tests {
                 Decision::Take(()) => Decision::Take(()),
                 Decision::TakeBehind((), bytes, link) => Decision::TakeBehind((), *bytes, *link),
                 Decision::Wait => Decision::Wait,
+                Decision::Pass => Decision::Pass,
             })
             .map(|(p, _, seq, ())| (p.data[27], seq))
         };

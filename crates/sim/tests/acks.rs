@@ -122,11 +122,19 @@ fn acknowledgements_waiting_for_a_narrow_uplink_leave_as_one() {
             ratio_on < most * ratio_off,
             "{sets:?}: uplink per byte down {ratio_on} with the filter, {ratio_off} without"
         );
-        // Voice p99, filter off -> on, means of seeds 1-3: 37 -> 28 ms and 75 -> 50 ms
-        // (38 -> 29 and 80 -> 54 before 21.3's aim; 41 -> 26 and 87 -> 60 before the
-        // search read the queue on full-size datagrams, docs/RESULTS.md 18).
+        // Voice p99, filter off -> on, means of seeds 1-3: 42 -> 26 ms on the scenario's
+        // mix, and 42 -> 40 ms on the other since the flow scheduler passes over a flow
+        // whose link has no room (docs/RESULTS.md 23: 70 -> 46 before, when the voice
+        // waited behind the download's head, which waited for the narrow uplink's slot;
+        // 75 -> 50 and 80 -> 54 before 21.3's aim; 87 -> 60 before the search read the
+        // queue on full-size datagrams, docs/RESULTS.md 18).
+        let (better, bound) = if sets.is_empty() {
+            (0.8, 30.0)
+        } else {
+            (1.0, 45.0)
+        };
         assert!(
-            voice_on < 0.8 * voice_off,
+            voice_on < better * voice_off && voice_on < bound,
             "{sets:?}: voice p99 {voice_on} ms with the filter, {voice_off} without"
         );
     }
