@@ -863,10 +863,9 @@ impl FlowQueues {
     /// flow whose head waits for a link without room while another link has room
     /// ([`Decision::Pass`]) is passed over, up to [`MAX_PASSED`] of them, and keeps its
     /// place and deficit: a packet waiting for one link must not hold up the flows that
-    /// another link could carry now (a call's
-    /// packet waiting some 20 ms for a slow link's next slot stopped a bulk upload on a
-    /// fast link beside it for as long, every 20 ms: 7.5 Mb/s of its 15.1, `docs/RESULTS.md`
-    /// 23).
+    /// another link could carry now (a probe's packet waiting 15-20 ms for a slow link's
+    /// next slot stopped an upload on a fast link beside it for as long, each time: 7.5
+    /// Mbit/s of the fast link's 15.1, `docs/RESULTS.md` 23).
     fn dequeue_lists<T>(
         &mut self,
         now: Instant,
