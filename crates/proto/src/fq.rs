@@ -877,12 +877,7 @@ impl FlowQueues {
         let out = self.dequeue_passing(now, sparse_only, decide, &mut passed);
         // Back at the front of their lists, in their order.
         for &(list, slot) in passed.iter().rev() {
-            match list {
-                List::Priority => self.priority.push_front(slot),
-                List::New => self.new.push_front(slot),
-                List::Old => self.old.push_front(slot),
-                List::None => {}
-            }
+            self.push_front_list(list, slot);
         }
         self.passed = passed;
         out
@@ -1142,6 +1137,16 @@ impl FlowQueues {
             List::Old => self.old.pop_front(),
             List::None => None,
         };
+    }
+
+    /// Puts `slot` back at the front of `list`, where [`Self::pop_list`] took it from.
+    fn push_front_list(&mut self, list: List, slot: usize) {
+        match list {
+            List::Priority => self.priority.push_front(slot),
+            List::New => self.new.push_front(slot),
+            List::Old => self.old.push_front(slot),
+            List::None => {}
+        }
     }
 
     /// CoDel at the head of a flow: drops (or marks) as RFC 8289 says, and returns whether

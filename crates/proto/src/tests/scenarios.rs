@@ -1857,6 +1857,27 @@ fn a_packet_lost_on_a_working_link_may_go_on_it_again_once() {
     assert_eq!(sent_on, [LinkId(0), LinkId(0), LinkId(1)]);
 }
 
+/// Sends 400 packets of 1000 bytes from the client's port `port`, one a millisecond from
+/// 200 ms on (TCP segments numbered by their acknowledgement number if `tcp`, else UDP
+/// datagrams numbered in their payload), drives the pair 3 s, and returns how many of the
+/// client's data datagrams were dropped.
+fn send_400_from_the_client(pair: &mut Pair, port: u16, tcp: bool) -> usize {
+    let start = at_ms(200);
+    for seq in 0..400u32 {
+        let packet = if tcp {
+            crate::classify::test_tcp(port, seq, 0x18, &[], 1000)
+        } else {
+            FlowSpec::bulk(port, 1000).packet(seq)
+        };
+        pair.send_at(start + ms(1) * seq, Side::Client, packet);
+    }
+    pair.drive_until(start + ms(3000));
+    pair.dropped
+        .iter()
+        .filter(|r| r.carries_data && r.from == Side::Client)
+        .count()
+}
+
 /// A `min-rtt` TCP flow's packet lost on a link that works comes by another link (4.4),
 /// as an aggregate flow's does: TCP would take the loss for congestion and halve its
 /// window. A flow of other datagrams (a call) is left to its transport: a packet a round
@@ -1874,21 +1895,7 @@ fn a_min_rtt_tcp_packet_lost_on_a_working_link_comes_by_another() {
                     && d.data_index.is_some_and(|k| k % 10 == 3)
             }))
             .build();
-        let start = at_ms(200);
-        for seq in 0..400u32 {
-            let packet = if tcp {
-                crate::classify::test_tcp(9500, seq, 0x18, &[], 1000)
-            } else {
-                FlowSpec::bulk(9500, 1000).packet(seq)
-            };
-            pair.send_at(start + ms(1) * seq, Side::Client, packet);
-        }
-        pair.drive_until(start + ms(3000));
-        let dropped = pair
-            .dropped
-            .iter()
-            .filter(|r| r.carries_data && r.from == Side::Client)
-            .count();
+        let dropped = send_400_from_the_client(&mut pair, 9500, tcp);
         let delivered = pair.delivered[1].len();
         (dropped, delivered, pair.client.stats().reinjected_lost)
     };
@@ -1921,21 +1928,7 @@ fn a_lone_link_is_sent_its_own_losses_again() {
                 d.from == Side::Client && d.data_index.is_some_and(|k| k % 10 == 3 && k < 300)
             }))
             .build();
-        let start = at_ms(200);
-        for seq in 0..400u32 {
-            let packet = if kind == "tcp" {
-                crate::classify::test_tcp(9510, seq, 0x18, &[], 1000)
-            } else {
-                FlowSpec::bulk(9510, 1000).packet(seq)
-            };
-            pair.send_at(start + ms(1) * seq, Side::Client, packet);
-        }
-        pair.drive_until(start + ms(3000));
-        let dropped = pair
-            .dropped
-            .iter()
-            .filter(|r| r.carries_data && r.from == Side::Client)
-            .count();
+        let dropped = send_400_from_the_client(&mut pair, 9510, kind == "tcp");
         // Both kinds carry their number at bytes 28-31 (test_tcp's acknowledgement
         // number; FlowSpec's payload), in order and once each.
         let seqs: Vec<u32> = pair.delivered[1]
