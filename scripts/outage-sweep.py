@@ -4,13 +4,16 @@ scripts/outage-mix.py (10 + 10 Mb/s at 10 / 30 ms, 10 + 2 at 30 / 10, 50 + 10 at
 20 + 5 at 10 / 100; remote outages of 10, 50 or 200 ms on either link, beside 0.5 %
 random loss there; one TCP flow up or down, the aggregate policy), for each seed given.
 
-  scripts/outage-sweep.py OLD NEW [--seeds 1,2,3,4] [--jobs N]
+  scripts/outage-sweep.py OLD NEW [--seeds 1,2,3,4] [--jobs N] [--policy P] [--b-set K=V]
 
 OLD and NEW are latebind binaries. Prints, per run, each build's goodput (Mbit/s); then
 the geometric mean of NEW's goodput over OLD's, how many runs rose or fell by more than
 3 %, and for each build the flow's stalls after the outages (the report's
 `cuts[].stall_ms`: the longest time without a delivery to the application from an
 outage's start to the next outage): their mean, and how many lasted 500 ms or more.
+`--policy P` writes the mixes with policy P instead of aggregate; `--b-set K=V`
+(repeatable) adds `--set K=V` to every run of NEW: OLD and NEW may be the same binary,
+to compare a setting (e.g. `--policy min-rtt --b-set 'late.policy="auto"'`).
 """
 import argparse
 import concurrent.futures
@@ -37,11 +40,14 @@ def load_policy_sweep():
 PS = load_policy_sweep()
 
 
-def run(binary, mix, dur, link, direction, seed):
+def run(binary, sets, policy, mix, dur, link, direction, seed):
     spec = subprocess.run(
         [sys.executable, os.path.join(HERE, "outage-mix.py"), direction, str(dur), str(link),
          str(seed), *mix], check=True, capture_output=True, text=True).stdout
-    report = PS.report(binary, spec)
+    if policy:
+        assert 'policy = "aggregate"' in spec
+        spec = spec.replace('policy = "aggregate"', f'policy = "{policy}"')
+    report = PS.report(binary, spec, sets)
     return report["flows"][0]["goodput_mbps"], [c["stall_ms"] for c in report["cuts"]]
 
 
@@ -52,13 +58,17 @@ def main():
     p.add_argument("new")
     p.add_argument("--seeds", default="1", help="comma-separated outage draws (default 1)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--policy", help="the mixes' policy (default aggregate)")
+    p.add_argument("--b-set", action="append", default=[], metavar="K=V",
+                   help="a --set for every run of NEW")
     a = p.parse_args()
     seeds = [int(s) for s in a.seeds.split(",")]
     runs = [(mix, dur, link, d, s) for s in seeds for mix in MIXES for dur in (10, 50, 200)
             for link in (0, 1) for d in ("up", "down")]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        futs = {(r, b): pool.submit(run, binary, *r)
-                for r in runs for b, binary in (("old", a.old), ("new", a.new))}
+        builds = (("old", a.old, []), ("new", a.new, a.b_set))
+        futs = {(r, b): pool.submit(run, binary, sets, a.policy, *r)
+                for r in runs for b, binary, sets in builds}
         res = {k: f.result() for k, f in futs.items()}
     logs, up, down = [], 0, 0
     stalls = {"old": [], "new": []}

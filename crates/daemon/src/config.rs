@@ -129,8 +129,8 @@ pub struct ClientSection {
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
     pub ack_ride_wait_ms: Option<f64>,
-    /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
-    /// `overflow` or `redundant`.
+    /// Policy of flows no `[[rules]]` entry matches: `auto` (default), `min-rtt`,
+    /// `aggregate`, `overflow` or `redundant`.
     pub policy: Option<String>,
     /// Copies of a redundant flow's packet, each on another link (0: one on every link);
     /// more than there are links: the rest over the links again, best first. Default 2.
@@ -318,8 +318,8 @@ pub struct ServerSection {
     /// way to ride on (an inner TCP's own acknowledgement, a moment later) before it
     /// takes a datagram of its own, ms; 0 sends it at once. Default 0.
     pub ack_ride_wait_ms: Option<f64>,
-    /// Policy of flows no `[[rules]]` entry matches: `min-rtt` (default), `aggregate`,
-    /// `overflow` or `redundant`.
+    /// Policy of flows no `[[rules]]` entry matches: `auto` (default), `min-rtt`,
+    /// `aggregate`, `overflow` or `redundant`.
     pub policy: Option<String>,
     /// Copies of a redundant flow's packet, each on another link (0: one on every link);
     /// more than there are links: the rest over the links again, best first. Default 2.
@@ -1065,7 +1065,19 @@ mod tests {
     #[test]
     fn example_rules_and_policies_parse() {
         let c = ClientConfig::parse(Path::new("c.toml"), &client_text("")).unwrap();
-        assert_eq!(c.policies.default, PolicyKind::MinRtt);
+        assert_eq!(c.policies.default, PolicyKind::Auto);
+        // Without the key: the same default as the example states.
+        let text = client_text("");
+        assert!(
+            text.contains("\npolicy = \"auto\"\n"),
+            "the example states it"
+        );
+        let c = ClientConfig::parse(
+            Path::new("c.toml"),
+            &text.replace("\npolicy = \"auto\"\n", "\n"),
+        )
+        .unwrap();
+        assert_eq!(c.policies.default, PolicyKind::Auto);
         assert_eq!(c.policies.rules.len(), 1);
         assert_eq!(c.policies.rules[0].dscp, Some(46));
         assert_eq!(c.policies.rules[0].policy, PolicyKind::Redundant);

@@ -207,7 +207,7 @@ impl Default for Config {
             reinjection: ReinjectTimer::SrttRttvarDelta,
             rej_min: Duration::from_millis(10),
             reinject_max_age: Duration::from_secs(1),
-            default_policy: PolicyKind::MinRtt,
+            default_policy: PolicyKind::Auto,
             rules: Vec::new(),
             overflow: OverflowParams::default(),
             redundant_links: 2,

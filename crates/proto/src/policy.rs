@@ -43,7 +43,6 @@ pub struct PacketMeta {
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq, Hash)]
 pub enum PolicyKind {
     /// The link that delivers soonest ([`MinRtt`]).
-    #[default]
     MinRtt,
     /// Spread one flow over every link by earliest completion ([`Aggregate`]).
     Aggregate,
@@ -53,7 +52,8 @@ pub enum PolicyKind {
     Redundant,
     /// A TCP flow is bound as [`Self::Aggregate`] while at least two links can share it,
     /// any other flow (and a TCP flow on one link) as [`Self::MinRtt`]: see
-    /// [`Self::resolve`].
+    /// [`Self::resolve`]. The default.
+    #[default]
     Auto,
 }
 

@@ -205,7 +205,7 @@ pub struct LateKnobs {
     #[serde(default = "two")]
     pub budget_packets: usize,
     /// Default binding policy.
-    #[serde(default = "min_rtt")]
+    #[serde(default = "auto")]
     pub policy: String,
     /// Reinjection timer: srtt+rttvar-delta (default), srtt+rttvar, minrtt+rttvar, off.
     #[serde(default = "default_reinjection")]
@@ -455,15 +455,15 @@ fn two() -> usize {
     2
 }
 
-fn min_rtt() -> String {
-    "min-rtt".into()
+fn auto() -> String {
+    "auto".into()
 }
 
 impl Default for LateKnobs {
     fn default() -> Self {
         Self {
             budget_packets: 2,
-            policy: min_rtt(),
+            policy: auto(),
             reinjection: default_reinjection(),
             rej_min_ms: default_rej_min_ms(),
             rules: Vec::new(),

@@ -487,7 +487,8 @@ fn drop_first_template() -> super::harness::DropFn {
 
 #[test]
 fn template_datagram_lost_flow_goes_whole_until_a_new_generation_is_acknowledged() {
-    let (pair, sent) = tcp_stream(compressing_pair().drop_fn(drop_first_template()));
+    let min_rtt = compressing_pair().config(|c| c.default_policy = crate::PolicyKind::MinRtt);
+    let (pair, sent) = tcp_stream(min_rtt.drop_fn(drop_first_template()));
     assert_delivered_exactly(&pair, Side::Server, &sent);
 
     let lost = dropped_by(&pair, Side::Client);
@@ -1120,7 +1121,8 @@ fn assert_delivered_exactly_by_port(pair: &Pair, side: Side, sent: &[Vec<u8>]) {
 /// packets come again on link 1 (4.4), compact, and every packet arrives exact.
 #[test]
 fn compact_packets_lost_on_a_working_link_come_again_by_the_other_and_arrive_exact() {
-    let (pair, sent) = tcp_stream(compressing_pair().drop_fn(Box::new(|d| {
+    let min_rtt = compressing_pair().config(|c| c.default_policy = crate::PolicyKind::MinRtt);
+    let (pair, sent) = tcp_stream(min_rtt.drop_fn(Box::new(|d| {
         d.from == Side::Client && d.link == LinkId(0) && d.data_index.is_some_and(|k| k % 10 == 3)
     })));
     assert_delivered_exactly(&pair, Side::Server, &sent);

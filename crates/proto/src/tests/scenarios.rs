@@ -1889,6 +1889,7 @@ fn a_min_rtt_tcp_packet_lost_on_a_working_link_comes_by_another() {
         let mut pair = PairBuilder::new()
             .link(LinkSpec::new(ms(10)).rate_bps(20e6))
             .link(LinkSpec::new(ms(15)).rate_bps(20e6))
+            .config(|c| c.default_policy = crate::PolicyKind::MinRtt)
             .drop_fn(Box::new(|d| {
                 d.from == Side::Client
                     && d.link == LinkId(0)
