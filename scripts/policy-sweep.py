@@ -23,6 +23,9 @@ seeds: the mixes numbered I, J, .. of the draw with seed S, each run with scenar
 1..N (default 12): per mix and build the mean bulk goodput and its range; last, the
 geometric mean of B over A of the per-mix means.
 
+`--kind quic-bulk` makes the bulk flow the simulator's stand-in for QUIC (its TCP in UDP
+datagrams to port 443, which the tunnel classifies as QUIC; docs/RESULTS.md 25).
+
 BIN is a `latebind` binary (e.g. target/release/latebind, or a copy of an earlier build).
 `--b-set K=V` (repeatable) adds `--set K=V` to every run of the second build (of the only
 one if there is one): BIN and BIN_B may be the same binary, to compare a setting.
@@ -38,16 +41,20 @@ import sys
 import tempfile
 
 
+# The bulk flow's kind: tcp-bulk, or quic-bulk (`--kind`).
+KIND = "tcp-bulk"
+
+
 def scenario(links, direction, policy, probe, duration=15.0, seed=1):
     """A scenario's text: `links` as (rate, delay, loss, jitter) or (rate, delay, loss,
-    jitter, FIFO packets; 1000 if not given), one bulk TCP flow and, if `probe`, the probe
-    beside it."""
+    jitter, FIFO packets; 1000 if not given), one bulk flow of KIND (TCP unless `--kind`
+    says otherwise) and, if `probe`, the probe beside it."""
     s = f'[scenario]\nname = "policy-sweep"\nduration_s = {duration}\nseed = {seed}\n'
     for i, (rate, delay, loss, jitter, *queue) in enumerate(links):
         queue = queue[0] if queue else 1000
         s += (f'[[links]]\nname = "l{i}"\nrate_mbps = {rate}\ndelay_ms = {delay}\n'
               f'queue_packets = {queue}\nloss = {loss}\njitter_ms = {jitter}\n')
-    s += f'[[flows]]\nname = "bulk"\nkind = "tcp-bulk"\ndirection = "{direction}"\n'
+    s += f'[[flows]]\nname = "bulk"\nkind = "{KIND}"\ndirection = "{direction}"\n'
     if probe:
         s += (f'[[flows]]\nname = "probe"\nkind = "udp-cbr"\ndirection = "{direction}"\n'
               'rate_mbps = 0.04\npacket_bytes = 100\nstart_s = 1.0\n')
@@ -167,7 +174,10 @@ def main():
     p.add_argument("--mixes", default="", metavar="I,J,..")
     p.add_argument("--seeds", type=int, default=12, metavar="N")
     p.add_argument("--b-set", action="append", default=[], metavar="K=V")
+    p.add_argument("--kind", default="tcp-bulk", choices=["tcp-bulk", "quic-bulk"])
     a = p.parse_args()
+    global KIND
+    KIND = a.kind
     if len(a.bins) > 2:
         p.error("at most two builds")
     for b in a.bins:

@@ -234,6 +234,7 @@ pub fn run_with(
         mptcp::check_flows(scenario)?;
     }
     check_new_addresses(scenario, mode)?;
+    check_kinds(scenario)?;
     require_root()?;
     if !exe.exists() {
         bail!("helper binary {} does not exist", exe.display());
@@ -261,6 +262,22 @@ pub fn run_with(
         }
         Err(e) => Err(e.context(format!("lab run files kept in {}", run_dir.display()))),
     }
+}
+
+/// Fails for a flow kind the lab has no traffic for (`quic-bulk`: the simulator's
+/// stand-in for QUIC), naming the flow before anything is set up.
+fn check_kinds(scenario: &Scenario) -> Result<()> {
+    for (i, f) in scenario.spec.flows.iter().enumerate() {
+        if Kind::parse(&f.kind).is_none() {
+            bail!(
+                "flows[{i}].kind = {:?} (flow {:?}): the simulator's only; the lab runs \
+                 tcp-bulk, udp-cbr, udp-burst and urgent flows",
+                f.kind,
+                f.name
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Fails unless the process may create network namespaces.
@@ -1321,6 +1338,31 @@ fn helper_failed(h: &mut Helper) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flow kind the lab has no traffic for is refused by name before anything is set
+    /// up (no root needed to see it).
+    #[test]
+    fn a_simulator_only_flow_kind_is_refused_by_name() {
+        let s = Scenario::from_str(
+            "[scenario]\nname='t'\nduration_s=5.0\n[[links]]\nname='a'\nrate_mbps=1.0\n\
+             [[flows]]\nname='web'\nkind='quic-bulk'\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let e = run(&s, LabMode::Late, Path::new("/nonexistent")).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("flows[0].kind") && e.contains("quic-bulk") && e.contains("web"),
+            "{e}"
+        );
+        assert!(check_kinds(&with_kind(&s, "tcp-bulk")).is_ok());
+    }
+
+    fn with_kind(s: &Scenario, kind: &str) -> Scenario {
+        let mut s = s.clone();
+        s.spec.flows[0].kind = kind.into();
+        s
+    }
 
     #[test]
     fn a_moved_link_address_stays_a_host_of_its_24() {

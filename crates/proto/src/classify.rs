@@ -49,6 +49,10 @@ pub struct PacketInfo {
     pub dscp: u8,
     /// ECN field (0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
     pub ecn: u8,
+    /// Whether its transport re-sends its losses and delivers in order, so that waiting
+    /// at the receiver for a packet of a slower link, or for a resend, costs it nothing
+    /// it would not wait for anyway: TCP, or QUIC ([`is_quic`]).
+    pub reliable: bool,
 }
 
 impl PacketInfo {
@@ -60,6 +64,26 @@ impl PacketInfo {
 
 /// IP protocol number of TCP.
 pub(crate) const PROTO_TCP: u8 = 6;
+/// IP protocol number of UDP.
+const PROTO_UDP: u8 = 17;
+/// The UDP port of QUIC (HTTP/3, RFC 9114 3.1).
+const QUIC_PORT: u16 = 443;
+
+/// Whether a UDP datagram's `transport` (its UDP header and payload) looks like QUIC:
+/// to or from port 443, and the first byte of its payload has QUIC's fixed bit (0x40,
+/// RFC 9000 17.2 and 17.3), set in every long- and short-header packet. An RTP packet
+/// (version 2: 0b10xxxxxx), DTLS (content types 20-25) and STUN (0b00xxxxxx) have it
+/// clear. A QUIC endpoint that greases the bit (RFC 9287) is taken for a datagram flow.
+pub fn is_quic(transport: &[u8]) -> bool {
+    let (src, dst) = ports(transport);
+    (src == QUIC_PORT || dst == QUIC_PORT) && transport.get(8).is_some_and(|b| b & 0x40 != 0)
+}
+
+/// [`PacketInfo::reliable`] of a packet of `protocol` whose transport header starts
+/// `transport` (empty when a later fragment).
+fn reliable(protocol: u8, transport: &[u8]) -> bool {
+    protocol == PROTO_TCP || (protocol == PROTO_UDP && is_quic(transport))
+}
 
 fn has_ports(protocol: u8) -> bool {
     // TCP, UDP, SCTP, UDP-Lite: ports are the first four bytes of the transport header.
@@ -93,8 +117,13 @@ fn classify_v4(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
     }
     let protocol = p[9];
     let fragment_offset = u16::from_be_bytes([p[6], p[7]]) & 0x1fff;
-    let (src_port, dst_port) = if has_ports(protocol) && fragment_offset == 0 {
-        ports(&p[ihl..])
+    let transport = if fragment_offset == 0 {
+        &p[ihl..]
+    } else {
+        &[][..]
+    };
+    let (src_port, dst_port) = if has_ports(protocol) {
+        ports(transport)
     } else {
         (0, 0)
     };
@@ -111,6 +140,7 @@ fn classify_v4(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
         },
         dscp: p[1] >> 2,
         ecn: p[1] & 0x03,
+        reliable: reliable(protocol, transport),
     })
 }
 
@@ -154,13 +184,18 @@ fn classify_v6(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
         }
     }
     key.protocol = next;
-    if has_ports(next) && first_fragment {
-        (key.src_port, key.dst_port) = ports(p.get(offset..).unwrap_or(&[]));
+    let transport = match first_fragment {
+        true => p.get(offset..).unwrap_or(&[]),
+        false => &[],
+    };
+    if has_ports(next) {
+        (key.src_port, key.dst_port) = ports(transport);
     }
     Ok(PacketInfo {
         key,
         dscp: traffic_class >> 2,
         ecn: traffic_class & 0x03,
+        reliable: reliable(next, transport),
     })
 }
 
@@ -361,6 +396,48 @@ mod tests {
         assert_eq!(a.key.protocol, 17);
         assert_eq!((a.key.src_port, a.key.dst_port), (1000, 2000));
         assert_ne!(a.key, b.key);
+    }
+
+    /// TCP and QUIC re-send their losses and deliver in order; a call (RTP), DTLS, STUN,
+    /// DNS and UDP on other ports do not, nor a QUIC-like first byte on another port.
+    #[test]
+    fn tcp_and_quic_are_reliable_other_datagrams_are_not() {
+        assert!(
+            classify(&test_tcp(5000, 1, 0x18, &[], 100))
+                .unwrap()
+                .reliable
+        );
+        let udp = |sport: u16, dport: u16, first: u8| {
+            let mut p = ipv4_udp(0, sport, dport);
+            p.extend_from_slice(&[first, 0, 0, 0]);
+            let len = p.len() as u16;
+            p[2..4].copy_from_slice(&len.to_be_bytes());
+            classify(&p).unwrap().reliable
+        };
+        // QUIC: a long header (Initial 0xc3), a short header (0x41..0x7f), either way.
+        assert!(udp(50000, 443, 0xc3));
+        assert!(udp(443, 50000, 0x4b));
+        // RTP version 2 (0x80, 0x90), DTLS (22), STUN (0x00) on port 443: datagrams.
+        for first in [0x80, 0x90, 22, 0x00] {
+            assert!(!udp(50000, 443, first), "{first:#x}");
+        }
+        // QUIC's first byte, but not port 443; and port 443 with no payload.
+        assert!(!udp(50000, 4433, 0x41));
+        assert!(!classify(&ipv4_udp(0, 50000, 443)).unwrap().reliable);
+        // A later fragment: no transport header to read.
+        let mut frag = ipv4_udp(0, 50000, 443);
+        frag.extend_from_slice(&[0x41, 0, 0, 0]);
+        frag[6..8].copy_from_slice(&0x0010u16.to_be_bytes());
+        assert!(!classify(&frag).unwrap().reliable);
+        // IPv6: UDP to 443 with a short header.
+        let mut v6 = vec![0u8; 40 + 8 + 4];
+        v6[0] = 0x60;
+        v6[6] = 17;
+        v6[42..44].copy_from_slice(&443u16.to_be_bytes());
+        v6[48] = 0x41;
+        assert!(classify(&v6).unwrap().reliable);
+        v6[48] = 0x80;
+        assert!(!classify(&v6).unwrap().reliable);
     }
 
     #[test]

@@ -2235,7 +2235,7 @@ impl Endpoint {
                 }));
                 offered = &small_views;
             }
-            let kind = flow.policy.resolve(flow.key.protocol, spreads);
+            let kind = flow.policy.resolve(flow.reliable, spreads);
             let binding = match kind {
                 PolicyKind::MinRtt | PolicyKind::Redundant | PolicyKind::Auto => {
                     policy.bind(now, &meta, offered)

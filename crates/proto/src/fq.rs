@@ -348,6 +348,8 @@ pub(crate) struct Flow {
     pub(crate) latency_sensitive: bool,
     /// Its binding policy (set from the rules when the flow is created).
     pub(crate) policy: PolicyKind,
+    /// Its first packet's [`PacketInfo::reliable`]: TCP or QUIC.
+    pub(crate) reliable: bool,
     queue: Fifo,
     /// Bytes queued.
     pub(crate) bytes: usize,
@@ -562,7 +564,7 @@ impl FlowQueues {
 
     /// The policy flow `f` is bound by now ([`PolicyKind::resolve`]).
     fn policy_of(&self, f: &Flow) -> PolicyKind {
-        f.policy.resolve(f.key.protocol, self.spreads)
+        f.policy.resolve(f.reliable, self.spreads)
     }
 
     /// Sets each link's recent longest pause (how long it lately delivered nothing while
@@ -744,6 +746,7 @@ impl FlowQueues {
             id: FlowId(self.next_flow_id),
             latency_sensitive: info.is_latency_sensitive(),
             policy,
+            reliable: info.reliable,
             queue: Fifo::EMPTY,
             bytes: 0,
             large: 0,
@@ -801,7 +804,7 @@ impl FlowQueues {
         }
         let (target, spread, spreads) = (self.target, self.aggregate_spread, self.spreads);
         let f = flow_mut(&mut self.flows, slot);
-        let time = match f.policy.resolve(f.key.protocol, spreads) {
+        let time = match f.policy.resolve(f.reliable, spreads) {
             PolicyKind::Aggregate => target + spread,
             _ => target,
         };
@@ -1179,17 +1182,18 @@ impl FlowQueues {
                 return false;
             };
             let sojourn = now - head.enqueued;
-            // A TCP sender answers a drop a round trip after it, and the packets it sent
-            // meanwhile still wait their sojourn here: a second drop before then finds
-            // the flow not slowing yet and only takes a second packet of the same
-            // window (which a TCP without selective acknowledgements repairs by its
-            // retransmission timeout). The interval covers the links' RTT; a queue that
+            // A TCP or QUIC sender ([`Flow::reliable`]) answers a drop a round trip
+            // after it, and the packets it sent meanwhile still wait their sojourn here:
+            // a second drop before then finds the flow not slowing yet and only takes a
+            // second packet of the same window (which a TCP without selective
+            // acknowledgements repairs by its retransmission timeout, and which a QUIC
+            // sender, slowing once per round trip, takes for no more congestion). The interval covers the links' RTT; a queue that
             // has grown longer than that (a slow start's overshoot) adds its own delay
             // to the flow's round trip, so the next drop waits at least that long.
             // Other flows keep RFC 8289's schedule: an unresponsive one must meet drops
             // that come faster and faster, and the overflow policy takes them as its
             // congestion signal.
-            let answer = if flow.key.protocol == PROTO_TCP {
+            let answer = if flow.reliable {
                 sojourn
             } else {
                 Duration::ZERO

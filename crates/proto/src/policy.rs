@@ -50,9 +50,9 @@ pub enum PolicyKind {
     Overflow,
     /// MinRtt's link, and copies on the next best links; the receiver keeps the first.
     Redundant,
-    /// A TCP flow is bound as [`Self::Aggregate`] while at least two links can share it,
-    /// any other flow (and a TCP flow on one link) as [`Self::MinRtt`]: see
-    /// [`Self::resolve`]. The default.
+    /// A TCP or QUIC flow is bound as [`Self::Aggregate`] while at least two links can
+    /// share it, any other flow (and a TCP or QUIC flow on one link) as
+    /// [`Self::MinRtt`]: see [`Self::resolve`]. The default.
     #[default]
     Auto,
 }
@@ -74,20 +74,22 @@ impl PolicyKind {
     }
 
     /// The policy a flow of this kind is bound by now. `Auto` resolves to `Aggregate`
-    /// for a TCP flow (`protocol` 6) while `spreads` (at least two links up whose
+    /// for a flow whose transport is `reliable` (TCP or QUIC,
+    /// [`crate::classify::PacketInfo::reliable`]) while `spreads` (at least two links up whose
     /// packets lag the fastest path's by no more than the receiver waits for a gap:
     /// those an aggregate flow may use), else to `MinRtt`. TCP delivers in order and
     /// re-sends what is lost, so the receiver's wait for a packet of another link or for
     /// a resend costs it nothing it would not wait for anyway, and a transfer gets the
-    /// links' sum instead of the one link that delivers soonest. A datagram flow (a
-    /// call, a game) keeps the link that delivers soonest, and is not held for resends.
+    /// links' sum instead of the one link that delivers soonest; so does QUIC. A datagram
+    /// flow (a call, a game) keeps the link that delivers soonest, and is not held for
+    /// resends.
     /// On one link the two are the same but for CoDel's target, which for an aggregate
     /// flow covers the links' pauses: that queue is worth its delay only where it lets
     /// the flow use another link.
     #[inline]
-    pub fn resolve(self, protocol: u8, spreads: bool) -> Self {
+    pub fn resolve(self, reliable: bool, spreads: bool) -> Self {
         match self {
-            Self::Auto if spreads && protocol == crate::classify::PROTO_TCP => Self::Aggregate,
+            Self::Auto if spreads && reliable => Self::Aggregate,
             Self::Auto => Self::MinRtt,
             kind => kind,
         }
@@ -1555,6 +1557,7 @@ mod tests {
             },
             dscp,
             ecn: 0,
+            reliable: proto == 6,
         }
     }
 
@@ -1562,14 +1565,14 @@ mod tests {
     fn auto_is_aggregate_for_tcp_while_two_links_can_share_it_else_min_rtt() {
         assert_eq!("auto".parse::<PolicyKind>(), Ok(PolicyKind::Auto));
         assert_eq!(PolicyKind::Auto.name(), "auto");
-        assert_eq!(PolicyKind::Auto.resolve(6, true), PolicyKind::Aggregate);
+        assert_eq!(PolicyKind::Auto.resolve(true, true), PolicyKind::Aggregate);
         assert_eq!(
-            PolicyKind::Auto.resolve(6, false),
+            PolicyKind::Auto.resolve(true, false),
             PolicyKind::MinRtt,
             "one link"
         );
         assert_eq!(
-            PolicyKind::Auto.resolve(17, true),
+            PolicyKind::Auto.resolve(false, true),
             PolicyKind::MinRtt,
             "UDP"
         );
@@ -1579,8 +1582,8 @@ mod tests {
             PolicyKind::Overflow,
             PolicyKind::Redundant,
         ] {
-            assert_eq!(k.resolve(6, true), k);
-            assert_eq!(k.resolve(17, false), k);
+            assert_eq!(k.resolve(true, true), k);
+            assert_eq!(k.resolve(false, false), k);
         }
     }
 

@@ -367,7 +367,7 @@ impl Report {
             .iter()
             .map(|r| FlowCuts {
                 name: &r.name,
-                counts_loss: r.kind != latebind_traffic::FlowKind::TcpBulk,
+                counts_loss: !r.kind.is_reliable(),
                 stats: &r.cuts,
             })
             .collect();

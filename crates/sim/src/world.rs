@@ -497,7 +497,9 @@ impl World {
                 index,
                 cuts: cuts::windows(&cut_times, start, stop.min(end)),
             };
-            let proto = if kind == FlowKind::TcpBulk { 6 } else { 17 };
+            // A quic-bulk flow's datagrams to the server go to port 443, which every
+            // such flow shares: those are found by their source port, the client's.
+            let proto = kind.ip_protocol();
             demux.insert((proto, 10_000 + index), i);
             demux.insert((proto, 20_000 + index), i);
             flows.push(Flow::new(spec));
@@ -968,7 +970,7 @@ impl World {
         };
         own_host
             && side == Side::Client
-            && self.flows[i].spec().kind == FlowKind::TcpBulk
+            && self.flows[i].spec().kind.is_reliable()
             && self.links[link].up_visible
             && self.links[link].up.queue_len() >= self.early_capacity
     }
@@ -1002,10 +1004,11 @@ impl World {
     }
 
     fn deliver_inner(&mut self, to: Side, packet: &[u8]) {
-        let Some(key) = dst_port(packet) else {
+        let Some((key, src)) = ports(packet) else {
             return;
         };
-        if let Some(&f) = self.demux.get(&key) {
+        let flow = self.demux.get(&key).or_else(|| self.demux.get(&src));
+        if let Some(&f) = flow {
             self.flows[f].handle_packet(self.now, to, packet);
         }
     }
@@ -1163,11 +1166,16 @@ fn dir_of(l: &mut SimLink, uplink: bool) -> &mut LinkDirection<Vec<u8>> {
 }
 
 /// (protocol, destination port) of an IPv4 TCP/UDP packet.
-fn dst_port(p: &[u8]) -> Option<(u8, u16)> {
+/// An inner IPv4 packet's protocol with its destination port, and with its source port.
+fn ports(p: &[u8]) -> Option<((u8, u16), (u8, u16))> {
     if p.len() < 20 || p[0] >> 4 != 4 {
         return None;
     }
     let ihl = usize::from(p[0] & 0x0f) * 4;
-    let port = p.get(ihl + 2..ihl + 4)?;
-    Some((p[9], u16::from_be_bytes([port[0], port[1]])))
+    let port = p.get(ihl..ihl + 4)?;
+    let (src, dst) = (
+        u16::from_be_bytes([port[0], port[1]]),
+        u16::from_be_bytes([port[2], port[3]]),
+    );
+    Some(((p[9], dst), (p[9], src)))
 }

@@ -102,6 +102,77 @@ fn write_ipv4_header(
     h[10..12].copy_from_slice(&sum.to_be_bytes());
 }
 
+/// The first byte of a `quic-bulk` datagram's payload: a QUIC short header's (the fixed
+/// bit 0x40 set, RFC 9000 17.3), which the tunnel's classifier reads on port 443.
+pub(crate) const QUIC_FIRST_BYTE: u8 = 0x40;
+/// Bytes a `quic-bulk` datagram adds to the TCP segment it carries: UDP's header and
+/// the first byte.
+pub(crate) const QUIC_OVERHEAD: usize = UDP_HEADER_LEN + 1;
+
+/// An IPv4/TCP packet's segment carried as `quic-bulk` does: in a UDP datagram from
+/// `src_port` to `dst_port` (the same addresses and TOS), its payload
+/// [`QUIC_FIRST_BYTE`] and the segment. `None` if `packet` is not IPv4.
+pub(crate) fn wrap_in_udp(packet: &[u8], src_port: u16, dst_port: u16) -> Option<Vec<u8>> {
+    let ihl = header_len(packet)?;
+    let segment = &packet[ihl..];
+    let total = IPV4_HEADER_LEN + QUIC_OVERHEAD + segment.len();
+    let mut buf = vec![0u8; total];
+    write_ipv4_header(
+        &mut buf,
+        u16::try_from(total).ok()?,
+        0,
+        u16::from_be_bytes([packet[4], packet[5]]),
+        PROTO_UDP,
+        Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]),
+        Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]),
+    );
+    set_tos(&mut buf, packet[1]);
+    let udp = &mut buf[IPV4_HEADER_LEN..];
+    udp[0..2].copy_from_slice(&src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&((total - IPV4_HEADER_LEN) as u16).to_be_bytes());
+    udp[UDP_HEADER_LEN] = QUIC_FIRST_BYTE;
+    udp[QUIC_OVERHEAD..].copy_from_slice(segment);
+    Some(buf)
+}
+
+/// The IPv4/TCP packet a [`wrap_in_udp`] datagram carries (its TOS, ECN included, as
+/// the datagram arrived). `None` if `packet` is not such a datagram.
+pub(crate) fn unwrap_from_udp(packet: &[u8]) -> Option<Vec<u8>> {
+    let ihl = header_len(packet)?;
+    if packet[9] != PROTO_UDP
+        || packet.len() < ihl + QUIC_OVERHEAD
+        || packet[ihl + UDP_HEADER_LEN] != QUIC_FIRST_BYTE
+    {
+        return None;
+    }
+    let segment = &packet[ihl + QUIC_OVERHEAD..];
+    let total = IPV4_HEADER_LEN + segment.len();
+    let mut buf = vec![0u8; total];
+    write_ipv4_header(
+        &mut buf,
+        u16::try_from(total).ok()?,
+        0,
+        u16::from_be_bytes([packet[4], packet[5]]),
+        PROTO_TCP,
+        Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]),
+        Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]),
+    );
+    set_tos(&mut buf, packet[1]);
+    buf[IPV4_HEADER_LEN..].copy_from_slice(segment);
+    Some(buf)
+}
+
+/// Writes the whole TOS byte (DSCP and ECN) of an IPv4 packet and recomputes the header
+/// checksum.
+fn set_tos(packet: &mut [u8], tos: u8) {
+    packet[1] = tos;
+    packet[10] = 0;
+    packet[11] = 0;
+    let sum = internet_checksum(&packet[..IPV4_HEADER_LEN]);
+    packet[10..12].copy_from_slice(&sum.to_be_bytes());
+}
+
 /// The fields of one UDP probe packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Probe {

@@ -88,19 +88,47 @@ pub enum FlowKind {
     UdpBurst,
     /// `urgent`: `count` small UDP packets at the start, on their own 5-tuple.
     Urgent,
+    /// `quic-bulk`: what the tunnel sees of a QUIC transfer. The simulator's TCP (as
+    /// `tcp-bulk`) carried in UDP datagrams between the client's port and the server's
+    /// port 443, each payload a QUIC short header's first byte (0x40) and then the TCP
+    /// segment: a reliable, congestion-controlled transfer over UDP. Not a QUIC
+    /// implementation (no streams, no QUIC loss recovery).
+    QuicBulk,
 }
 
 impl FlowKind {
     /// All kinds, in the order of their scenario names.
-    pub const ALL: [Self; 4] = [Self::TcpBulk, Self::UdpCbr, Self::UdpBurst, Self::Urgent];
+    pub const ALL: [Self; 5] = [
+        Self::TcpBulk,
+        Self::UdpCbr,
+        Self::UdpBurst,
+        Self::Urgent,
+        Self::QuicBulk,
+    ];
 
-    /// The scenario name of the kind (`tcp-bulk`, `udp-cbr`, `udp-burst`, `urgent`).
+    /// The scenario name of the kind (`tcp-bulk`, `udp-cbr`, `udp-burst`, `urgent`,
+    /// `quic-bulk`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::TcpBulk => "tcp-bulk",
             Self::UdpCbr => "udp-cbr",
             Self::UdpBurst => "udp-burst",
             Self::Urgent => "urgent",
+            Self::QuicBulk => "quic-bulk",
+        }
+    }
+
+    /// Whether the flow is a congestion-controlled transfer that re-sends its losses
+    /// (`tcp-bulk`, `quic-bulk`): its report counts no loss of its own.
+    pub fn is_reliable(self) -> bool {
+        matches!(self, Self::TcpBulk | Self::QuicBulk)
+    }
+
+    /// The IP protocol of the flow's packets.
+    pub fn ip_protocol(self) -> u8 {
+        match self {
+            Self::TcpBulk => 6,
+            _ => 17,
         }
     }
 }
@@ -113,7 +141,7 @@ impl fmt::Display for FlowKind {
 
 /// Error of [`FlowKind::from_str`]: the name is not a flow kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown flow kind {name:?}; valid kinds: tcp-bulk, udp-cbr, udp-burst, urgent")]
+#[error("unknown flow kind {name:?}; valid kinds: tcp-bulk, udp-cbr, udp-burst, urgent, quic-bulk")]
 pub struct ParseFlowKindError {
     /// The name that was given.
     pub name: String,
@@ -189,7 +217,7 @@ impl Flow {
     /// Creates the flow. Nothing is sent before `spec.start`.
     pub fn new(spec: FlowSpec) -> Self {
         let inner = match spec.kind {
-            FlowKind::TcpBulk => Inner::Tcp(Box::new(tcp::TcpFlow::new(spec))),
+            FlowKind::TcpBulk | FlowKind::QuicBulk => Inner::Tcp(Box::new(tcp::TcpFlow::new(spec))),
             FlowKind::UdpCbr | FlowKind::UdpBurst | FlowKind::Urgent => {
                 Inner::Udp(Box::new(udp::UdpFlow::new(spec)))
             }

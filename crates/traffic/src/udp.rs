@@ -103,7 +103,7 @@ impl UdpFlow {
             FlowKind::Urgent => Schedule::Burst {
                 count: spec.count.max(1),
             },
-            FlowKind::TcpBulk => unreachable!("tcp-bulk is not a UDP flow"),
+            FlowKind::TcpBulk | FlowKind::QuicBulk => unreachable!("not a UDP probe flow"),
         };
         let cuts = CutTracker::new(spec.cuts.clone());
         Self {
