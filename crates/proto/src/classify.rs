@@ -184,9 +184,10 @@ fn classify_v6(p: &[u8]) -> Result<PacketInfo, ClassifyError> {
         }
     }
     key.protocol = next;
-    let transport = match first_fragment {
-        true => p.get(offset..).unwrap_or(&[]),
-        false => &[],
+    let transport = if first_fragment {
+        p.get(offset..).unwrap_or(&[])
+    } else {
+        &[][..]
     };
     if has_ports(next) {
         (key.src_port, key.dst_port) = ports(transport);
@@ -398,8 +399,8 @@ mod tests {
         assert_ne!(a.key, b.key);
     }
 
-    /// TCP and QUIC re-send their losses and deliver in order; a call (RTP), DTLS, STUN,
-    /// DNS and UDP on other ports do not, nor a QUIC-like first byte on another port.
+    /// TCP and QUIC re-send their losses and deliver in order; a call (RTP), DTLS and
+    /// STUN on port 443 do not, nor a QUIC-like first byte on another port (DNS, a game).
     #[test]
     fn tcp_and_quic_are_reliable_other_datagrams_are_not() {
         assert!(
@@ -423,6 +424,7 @@ mod tests {
         }
         // QUIC's first byte, but not port 443; and port 443 with no payload.
         assert!(!udp(50000, 4433, 0x41));
+        assert!(!udp(50000, 53, 0x41));
         assert!(!classify(&ipv4_udp(0, 50000, 443)).unwrap().reliable);
         // A later fragment: no transport header to read.
         let mut frag = ipv4_udp(0, 50000, 443);

@@ -497,8 +497,6 @@ impl World {
                 index,
                 cuts: cuts::windows(&cut_times, start, stop.min(end)),
             };
-            // A quic-bulk flow's datagrams to the server go to port 443, which every
-            // such flow shares: those are found by their source port, the client's.
             let proto = kind.ip_protocol();
             demux.insert((proto, 10_000 + index), i);
             demux.insert((proto, 20_000 + index), i);
@@ -1007,6 +1005,8 @@ impl World {
         let Some((key, src)) = ports(packet) else {
             return;
         };
+        // A quic-bulk flow's datagrams to the server go to port 443, which every such
+        // flow shares: those are found by their source port, the client's.
         let flow = self.demux.get(&key).or_else(|| self.demux.get(&src));
         if let Some(&f) = flow {
             self.flows[f].handle_packet(self.now, to, packet);
@@ -1165,7 +1165,6 @@ fn dir_of(l: &mut SimLink, uplink: bool) -> &mut LinkDirection<Vec<u8>> {
     if uplink { &mut l.up } else { &mut l.down }
 }
 
-/// (protocol, destination port) of an IPv4 TCP/UDP packet.
 /// An inner IPv4 packet's protocol with its destination port, and with its source port.
 fn ports(p: &[u8]) -> Option<((u8, u16), (u8, u16))> {
     if p.len() < 20 || p[0] >> 4 != 4 {

@@ -768,8 +768,8 @@ fn the_default_policy_spreads_a_transfer_where_min_rtt_keeps_it_on_a_slow_near_l
 /// `auto` spreads a QUIC transfer as it does a TCP one: the simulator's stand-in for QUIC
 /// (`quic-bulk`, a reliable congestion-controlled transfer in UDP datagrams to port 443,
 /// which the tunnel classifies as QUIC) gets the links' sum where `min-rtt` kept it on a
-/// slow near link. Measured: 24.9 against 10.9 Mbit/s beside 8 Mbit/s 2 ms away; 51.3
-/// against 2.9 beside 1.54 Mbit/s 2.2 ms away (`docs/RESULTS.md` 25).
+/// slow near link. Measured: 25.2 against 11.5 Mbit/s beside 8 Mbit/s 2 ms away; 50.5
+/// against 2.8 beside 1.54 Mbit/s 2.2 ms away (`docs/RESULTS.md` 25).
 #[test]
 fn auto_spreads_a_quic_transfer_as_it_does_a_tcp_one() {
     for (links, floor) in [

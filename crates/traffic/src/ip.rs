@@ -113,64 +113,49 @@ pub(crate) const QUIC_OVERHEAD: usize = UDP_HEADER_LEN + 1;
 /// `src_port` to `dst_port` (the same addresses and TOS), its payload
 /// [`QUIC_FIRST_BYTE`] and the segment. `None` if `packet` is not IPv4.
 pub(crate) fn wrap_in_udp(packet: &[u8], src_port: u16, dst_port: u16) -> Option<Vec<u8>> {
-    let ihl = header_len(packet)?;
-    let segment = &packet[ihl..];
-    let total = IPV4_HEADER_LEN + QUIC_OVERHEAD + segment.len();
-    let mut buf = vec![0u8; total];
-    write_ipv4_header(
-        &mut buf,
-        u16::try_from(total).ok()?,
-        0,
-        u16::from_be_bytes([packet[4], packet[5]]),
-        PROTO_UDP,
-        Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]),
-        Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]),
-    );
-    set_tos(&mut buf, packet[1]);
-    let udp = &mut buf[IPV4_HEADER_LEN..];
+    let segment = &packet[header_len(packet)?..];
+    let udp_len = u16::try_from(QUIC_OVERHEAD + segment.len()).ok()?;
+    let mut udp = [0u8; QUIC_OVERHEAD];
     udp[0..2].copy_from_slice(&src_port.to_be_bytes());
     udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
-    udp[4..6].copy_from_slice(&((total - IPV4_HEADER_LEN) as u16).to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    // udp[6..8]: checksum 0 = none.
     udp[UDP_HEADER_LEN] = QUIC_FIRST_BYTE;
-    udp[QUIC_OVERHEAD..].copy_from_slice(segment);
-    Some(buf)
+    reheader(packet, PROTO_UDP, &[&udp, segment])
 }
 
 /// The IPv4/TCP packet a [`wrap_in_udp`] datagram carries (its TOS, ECN included, as
 /// the datagram arrived). `None` if `packet` is not such a datagram.
 pub(crate) fn unwrap_from_udp(packet: &[u8]) -> Option<Vec<u8>> {
     let ihl = header_len(packet)?;
-    if packet[9] != PROTO_UDP
-        || packet.len() < ihl + QUIC_OVERHEAD
-        || packet[ihl + UDP_HEADER_LEN] != QUIC_FIRST_BYTE
-    {
+    if packet[9] != PROTO_UDP || packet.get(ihl + UDP_HEADER_LEN) != Some(&QUIC_FIRST_BYTE) {
         return None;
     }
-    let segment = &packet[ihl + QUIC_OVERHEAD..];
-    let total = IPV4_HEADER_LEN + segment.len();
-    let mut buf = vec![0u8; total];
+    reheader(packet, PROTO_TCP, &[&packet[ihl + QUIC_OVERHEAD..]])
+}
+
+/// `body` behind a new 20-byte IPv4 header of `proto` with `packet`'s addresses,
+/// identification and whole TOS byte (DSCP and ECN). `None` if over 65535 bytes.
+fn reheader(packet: &[u8], proto: u8, body: &[&[u8]]) -> Option<Vec<u8>> {
+    let total = IPV4_HEADER_LEN + body.iter().map(|b| b.len()).sum::<usize>();
+    let mut buf = vec![0u8; IPV4_HEADER_LEN];
     write_ipv4_header(
         &mut buf,
         u16::try_from(total).ok()?,
         0,
         u16::from_be_bytes([packet[4], packet[5]]),
-        PROTO_TCP,
+        proto,
         Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]),
         Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]),
     );
-    set_tos(&mut buf, packet[1]);
-    buf[IPV4_HEADER_LEN..].copy_from_slice(segment);
+    buf[1] = packet[1];
+    buf[10..12].fill(0);
+    let sum = internet_checksum(&buf);
+    buf[10..12].copy_from_slice(&sum.to_be_bytes());
+    for b in body {
+        buf.extend_from_slice(b);
+    }
     Some(buf)
-}
-
-/// Writes the whole TOS byte (DSCP and ECN) of an IPv4 packet and recomputes the header
-/// checksum.
-fn set_tos(packet: &mut [u8], tos: u8) {
-    packet[1] = tos;
-    packet[10] = 0;
-    packet[11] = 0;
-    let sum = internet_checksum(&packet[..IPV4_HEADER_LEN]);
-    packet[10..12].copy_from_slice(&sum.to_be_bytes());
 }
 
 /// The fields of one UDP probe packet.
