@@ -269,9 +269,10 @@ pub fn run_with(
 fn check_kinds(scenario: &Scenario) -> Result<()> {
     for (i, f) in scenario.spec.flows.iter().enumerate() {
         if Kind::parse(&f.kind).is_none() {
+            let runs = Kind::ALL.map(Kind::as_str).join(", ");
             bail!(
-                "flows[{i}].kind = {:?} (flow {:?}): the simulator's only; the lab runs \
-                 tcp-bulk, udp-cbr, udp-burst and urgent flows",
+                "flows[{i}].kind = {:?} (flow {:?}): the simulator's only; expected a kind \
+                 the lab runs: {runs}",
                 f.kind,
                 f.name
             );

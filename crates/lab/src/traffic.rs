@@ -164,11 +164,12 @@ impl Kind {
         }
     }
 
+    /// Every kind the lab runs.
+    pub const ALL: [Self; 4] = [Self::UdpCbr, Self::UdpBurst, Self::Urgent, Self::TcpBulk];
+
     /// Parses a scenario kind name.
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::UdpCbr, Self::UdpBurst, Self::Urgent, Self::TcpBulk]
-            .into_iter()
-            .find(|k| k.as_str() == s)
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
     fn is_udp(self) -> bool {
@@ -1716,7 +1717,7 @@ mod tests {
 
     #[test]
     fn kinds_parse_scenario_names() {
-        for k in [Kind::UdpCbr, Kind::UdpBurst, Kind::Urgent, Kind::TcpBulk] {
+        for k in Kind::ALL {
             assert_eq!(Kind::parse(k.as_str()), Some(k));
         }
         assert_eq!(Kind::parse("tcp"), None);

@@ -1187,9 +1187,10 @@ impl FlowQueues {
             // a second drop before then finds the flow not slowing yet and only takes a
             // second packet of the same window (which a TCP without selective
             // acknowledgements repairs by its retransmission timeout, and which a QUIC
-            // sender, slowing once per round trip, takes for no more congestion). The interval covers the links' RTT; a queue that
-            // has grown longer than that (a slow start's overshoot) adds its own delay
-            // to the flow's round trip, so the next drop waits at least that long.
+            // sender, slowing once per round trip, takes for no more congestion). The
+            // interval covers the links' RTT; a queue that has grown longer than that (a
+            // slow start's overshoot) adds its own delay to the flow's round trip, so
+            // the next drop waits at least that long.
             // Other flows keep RFC 8289's schedule: an unresponsive one must meet drops
             // that come faster and faster, and the overflow policy takes them as its
             // congestion signal.

@@ -75,15 +75,14 @@ impl PolicyKind {
 
     /// The policy a flow of this kind is bound by now. `Auto` resolves to `Aggregate`
     /// for a flow whose transport is `reliable` (TCP or QUIC,
-    /// [`crate::classify::PacketInfo::reliable`]) while `spreads` (at least two links up whose
-    /// packets lag the fastest path's by no more than the receiver waits for a gap:
-    /// those an aggregate flow may use), else to `MinRtt`. TCP delivers in order and
-    /// re-sends what is lost, so the receiver's wait for a packet of another link or for
-    /// a resend costs it nothing it would not wait for anyway, and a transfer gets the
-    /// links' sum instead of the one link that delivers soonest; so does QUIC. A datagram
-    /// flow (a call, a game) keeps the link that delivers soonest, and is not held for
-    /// resends.
-    /// On one link the two are the same but for CoDel's target, which for an aggregate
+    /// [`crate::classify::PacketInfo::reliable`]) while `spreads` (at least two links
+    /// up whose packets lag the fastest path's by no more than the receiver waits for a
+    /// gap: those an aggregate flow may use), else to `MinRtt`. TCP and QUIC deliver in
+    /// order and re-send what is lost, so the receiver's wait for a packet of another
+    /// link or for a resend costs them nothing they would not wait for anyway, and a
+    /// transfer gets the links' sum instead of the one link that delivers soonest. A
+    /// datagram flow (a call, a game) keeps the link that delivers soonest, and is not
+    /// held for resends. On one link the two are the same but for CoDel's target, which for an aggregate
     /// flow covers the links' pauses: that queue is worth its delay only where it lets
     /// the flow use another link.
     #[inline]

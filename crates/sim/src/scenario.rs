@@ -730,7 +730,7 @@ impl Scenario {
                 return Err(self.invalid(
                     k("kind"),
                     format!("{:?}", f.kind),
-                    "one of tcp-bulk, udp-cbr, udp-burst, urgent, quic-bulk",
+                    &format!("one of {}", latebind_traffic::FlowKind::names()),
                 ));
             }
             if let Some(v) = f.via_link

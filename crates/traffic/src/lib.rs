@@ -118,6 +118,11 @@ impl FlowKind {
         }
     }
 
+    /// The scenario names of every kind, comma-separated (for error messages).
+    pub fn names() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
+    }
+
     /// Whether the flow is a congestion-controlled transfer that re-sends its losses
     /// (`tcp-bulk`, `quic-bulk`): its report counts no loss of its own.
     pub fn is_reliable(self) -> bool {
@@ -141,7 +146,7 @@ impl fmt::Display for FlowKind {
 
 /// Error of [`FlowKind::from_str`]: the name is not a flow kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown flow kind {name:?}; valid kinds: tcp-bulk, udp-cbr, udp-burst, urgent, quic-bulk")]
+#[error("unknown flow kind {name:?}; valid kinds: {}", FlowKind::names())]
 pub struct ParseFlowKindError {
     /// The name that was given.
     pub name: String,
