@@ -208,6 +208,9 @@ pub struct EngineCounters {
     /// hold time: no link could still bring the missing packet.
     #[serde(default)]
     pub reorder_gaps_lost: u64,
+    /// TCP acknowledgements delivered past a gap before them instead of waiting for it.
+    #[serde(default)]
+    pub reorder_acks_passed: u64,
     /// Packets declared lost by loss detection.
     pub lost: u64,
     /// Packets taken for reinjection: a link's reinjection timer expired.
@@ -490,6 +493,7 @@ impl SessionStatus {
                 reorder_aligned: st.reorder.aligned,
                 reorder_waited_for_links: st.reorder.waited_for_links,
                 reorder_gaps_lost: st.reorder.gaps_lost,
+                reorder_acks_passed: st.reorder.acks_passed,
                 lost: st.lost,
                 reinjected_timer: st.reinjected_timer,
                 reinjected_link_down: st.reinjected_link_down,

@@ -381,6 +381,7 @@ pub fn engine_report(
         late_delivered: sum(&|s| s.engine.late_delivered),
         reorder_waited_for_links: sum(&|s| s.engine.reorder_waited_for_links),
         reorder_gaps_lost: sum(&|s| s.engine.reorder_gaps_lost),
+        reorder_acks_passed: sum(&|s| s.engine.reorder_acks_passed),
         reinjected_timer: sum(&|s| s.engine.reinjected_timer),
         reinjected_link_down: sum(&|s| s.engine.reinjected_link_down),
         reinjected_lost: sum(&|s| s.engine.reinjected_lost),

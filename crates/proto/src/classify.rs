@@ -273,42 +273,54 @@ pub(crate) fn is_tcp(p: &[u8]) -> bool {
     }
 }
 
-/// The packet as a [`PureAck`], if it is an unfragmented IPv4 or IPv6 (no extension
-/// header) TCP segment that only acknowledges and does not carry CE.
-pub(crate) fn pure_ack(p: &[u8]) -> Option<PureAck> {
-    let (tcp, len) = match p.first()? >> 4 {
+/// An unfragmented IPv4 or IPv6 (no extension header) TCP segment: its TCP header and
+/// data (as far as the packet holds them), the length the IP header gives them, and
+/// whether the packet carries CE.
+fn tcp_segment(p: &[u8]) -> Option<(&[u8], usize, bool)> {
+    match p.first()? >> 4 {
         4 => {
             let ihl = usize::from(p.first()? & 0x0f) * 4;
             let total = usize::from(u16::from_be_bytes([*p.get(2)?, *p.get(3)?]));
             let fragmented = u16::from_be_bytes([*p.get(6)?, *p.get(7)?]) & 0x3fff != 0;
-            if ihl < 20 || *p.get(9)? != PROTO_TCP || fragmented || p[1] & 0x03 == 3 {
+            if ihl < 20 || *p.get(9)? != PROTO_TCP || fragmented {
                 return None;
             }
-            (p.get(ihl..total.min(p.len()))?, total.checked_sub(ihl)?)
+            let tcp = p.get(ihl..total.min(p.len()))?;
+            Some((tcp, total.checked_sub(ihl)?, p[1] & 0x03 == 3))
         }
         6 => {
             let payload = usize::from(u16::from_be_bytes([*p.get(4)?, *p.get(5)?]));
-            if *p.get(6)? != PROTO_TCP || (p[1] >> 4) & 0x03 == 3 {
+            if *p.get(6)? != PROTO_TCP {
                 return None;
             }
-            (p.get(40..(40 + payload).min(p.len()))?, payload)
+            let tcp = p.get(40..(40 + payload).min(p.len()))?;
+            Some((tcp, payload, (p[1] >> 4) & 0x03 == 3))
         }
-        _ => return None,
-    };
-    let offset = *tcp.get(12)?;
-    let header = usize::from(offset >> 4) * 4;
-    let flags = *tcp.get(13)?;
-    // ACK alone, or with PSH; anything else (SYN, FIN, RST, URG, ECE, CWR, and the
-    // accurate-ECN and reserved bits beside the data offset) is kept.
-    if header < 20
-        || len != header
-        || tcp.len() < header
-        || offset & 0x0f != 0
-        || flags & !0x08 != 0x10
-    {
+        _ => None,
+    }
+}
+
+/// The TCP header of a segment from [`tcp_segment`] and its flags, if the header is
+/// whole and the segment carries no data.
+fn dataless(tcp: &[u8], len: usize) -> Option<(&[u8], u8)> {
+    let header = usize::from(*tcp.get(12)? >> 4) * 4;
+    if header < 20 || len != header || tcp.len() < header {
         return None;
     }
-    let mut options = &tcp[20..header];
+    Some((&tcp[..header], tcp[13]))
+}
+
+/// The packet as a [`PureAck`], if it is an unfragmented IPv4 or IPv6 (no extension
+/// header) TCP segment that only acknowledges and does not carry CE.
+pub(crate) fn pure_ack(p: &[u8]) -> Option<PureAck> {
+    let (tcp, len, ce) = tcp_segment(p)?;
+    let (header, flags) = dataless(tcp, len)?;
+    // ACK alone, or with PSH; anything else (SYN, FIN, RST, URG, ECE, CWR, and the
+    // accurate-ECN and reserved bits beside the data offset) is kept.
+    if ce || header[12] & 0x0f != 0 || flags & !0x08 != 0x10 {
+        return None;
+    }
+    let mut options = &header[20..];
     while let Some(&kind) = options.first() {
         match kind {
             0 => break,
@@ -318,8 +330,21 @@ pub(crate) fn pure_ack(p: &[u8]) -> Option<PureAck> {
         }
     }
     Some(PureAck {
-        ack: u32::from_be_bytes(tcp.get(8..12)?.try_into().ok()?),
+        ack: u32::from_be_bytes(header.get(8..12)?.try_into().ok()?),
     })
+}
+
+/// Whether the packet is an unfragmented IPv4 or IPv6 (no extension header) TCP segment
+/// that carries no data and neither opens, closes nor resets its connection (no SYN, FIN
+/// or RST): an acknowledgement, whatever its options (selective acknowledgements,
+/// timestamps) and ECN flags. Such a segment takes no sequence space: its receiver
+/// takes what it says (the acknowledgement number, the window, its SACK blocks) from any
+/// order of arrival, and drops one older than what it already has (RFC 9293 3.10.7.4;
+/// Linux's "old ACK"), so it need not wait for a segment lost before it.
+pub(crate) fn acknowledges_only(p: &[u8]) -> bool {
+    tcp_segment(p)
+        .and_then(|(tcp, len, _)| dataless(tcp, len))
+        .is_some_and(|(_, flags)| flags & 0x10 != 0 && flags & 0x07 == 0)
 }
 
 /// An IPv4 TCP segment from port `sport` to 80 with acknowledgement number `ack`, TCP
@@ -489,6 +514,7 @@ mod tests {
         fn classify_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..80)) {
             let _ = classify(&bytes);
             let _ = pure_ack(&bytes);
+            let _ = acknowledges_only(&bytes);
             let mut b = bytes.clone();
             let _ = mark_ce(&mut b);
         }
@@ -532,6 +558,39 @@ mod tests {
         let whole = test_tcp(1, 7, ACK, &TS, 0);
         for n in 0..whole.len() {
             assert_eq!(pure_ack(&whole[..n]), None, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn acknowledgements_are_told_from_segments_that_take_sequence_space() {
+        let sack = [1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        // Any options, PSH, ECE, CWR, CE: an acknowledgement still.
+        for p in [
+            test_tcp(1, 7, ACK, &[], 0),
+            test_tcp(1, 7, ACK | 0x08, &TS, 0),
+            test_tcp(1, 7, ACK, &sack, 0),
+            test_tcp(1, 7, ACK | 0x40 | 0x80, &[], 0),
+        ] {
+            assert!(acknowledges_only(&p), "{:?}", &p[32..34]);
+        }
+        let mut ce = test_tcp(1, 7, ACK, &[], 0);
+        ce[1] = 3;
+        assert!(acknowledges_only(&ce));
+        // Data, SYN, FIN, RST, no ACK flag, a fragment, UDP, truncated: not.
+        assert!(!acknowledges_only(&test_tcp(1, 7, ACK, &[], 1)));
+        for flags in [ACK | 0x02, ACK | 0x01, ACK | 0x04, 0x04, 0] {
+            assert!(
+                !acknowledges_only(&test_tcp(1, 7, flags, &[], 0)),
+                "{flags:#x}"
+            );
+        }
+        let mut frag = test_tcp(1, 7, ACK, &[], 0);
+        frag[6] = 0x20;
+        assert!(!acknowledges_only(&frag));
+        assert!(!acknowledges_only(&ipv4_udp(0, 1, 2)));
+        let whole = test_tcp(1, 7, ACK, &sack, 0);
+        for n in 0..whole.len() {
+            assert!(!acknowledges_only(&whole[..n]), "{n} bytes");
         }
     }
 

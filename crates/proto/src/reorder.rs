@@ -171,6 +171,9 @@ pub struct ReorderStats {
     /// bound after the missing one, and every link up had delivered data lately, so it
     /// was lost ([`Reorder::skip_lost`]).
     pub gaps_lost: u64,
+    /// TCP acknowledgements (no data, no SYN, FIN or RST) delivered past a gap before
+    /// them instead of waiting for it.
+    pub acks_passed: u64,
 }
 
 #[derive(Debug)]
@@ -190,6 +193,9 @@ struct Held {
     /// The deadline its hold time gave, while `deadline` waits for a link that is
     /// behind (see [`Reorder::handle_timeout`]).
     held_until: Option<Instant>,
+    /// Already delivered past its gap (a TCP acknowledgement): it only keeps its place,
+    /// with no data.
+    passed: bool,
 }
 
 /// First copies of a flow remembered to pair with their second copies.
@@ -650,7 +656,10 @@ impl Reorder {
     pub(crate) fn held(&self) -> usize {
         self.flows
             .values()
-            .map(|f| f.held.len() + f.play.as_ref().map_or(0, |p| p.queue.len()))
+            .map(|f| {
+                f.held.values().filter(|h| !h.passed).count()
+                    + f.play.as_ref().map_or(0, |p| p.queue.len())
+            })
             .sum()
     }
 
@@ -857,6 +866,20 @@ impl Reorder {
                 // Cannot happen after dedup; ignore rather than overwrite.
                 return;
             }
+            // A TCP acknowledgement goes on at once: what it says does not depend on
+            // the segments before it (`acknowledges_only`), and held, it would stop its
+            // connection's sender until the gap fills or is given up, which then sends
+            // a burst (after a cut, a window's worth at once). Its place is kept, so
+            // the gap is waited for and given up as before.
+            let passed = play_at <= now && crate::classify::acknowledges_only(&data);
+            let data = if passed {
+                self.out.push_back(data);
+                self.stats.delivered += 1;
+                self.stats.acks_passed += 1;
+                Vec::new()
+            } else {
+                data
+            };
             f.held.insert(
                 seq,
                 Held {
@@ -879,11 +902,14 @@ impl Reorder {
                         gseq
                     },
                     held_until: None,
+                    passed,
                 },
             );
-            self.stats.held += 1;
-            f.counts.held += 1;
-            f.hold = Some(hold);
+            if !passed {
+                self.stats.held += 1;
+                f.counts.held += 1;
+                f.hold = Some(hold);
+            }
             if f.held.len() > self.limit {
                 // Give up the oldest gap now.
                 let first = *f.held.keys().next().expect("non-empty");
@@ -1006,6 +1032,9 @@ impl Reorder {
         out: &mut VecDeque<Vec<u8>>,
         stats: &mut ReorderStats,
     ) {
+        if h.passed {
+            return;
+        }
         let waited = (now - h.arrived).as_nanos() as u64;
         stats.max_hold_ns = stats.max_hold_ns.max(waited);
         stats.delivered += 1;
@@ -1676,6 +1705,58 @@ mod tests {
         r.insert_copy(t(40), HOLD, FlowId(1), 1, 4, 2, vec![2], true);
         assert_eq!(drain(&mut r), vec![2, 3]);
         assert_eq!((r.stats.gaps_lost, r.stats.gaps_skipped), (0, 0));
+    }
+
+    #[test]
+    fn a_tcp_acknowledgement_passes_a_gap_that_data_waits_for() {
+        use crate::classify::test_tcp;
+        // A connection's segments as flow 1 of a repaired flow: 0 arrives, 1 is lost and
+        // re-sent, 2 (an ACK with a SACK block, as Linux sends while data is missing the
+        // other way), 3 (data) and 4 (a FIN) arrive before it.
+        let sack = [1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        let seg = [
+            test_tcp(1, 10, 0x10, &[], 0),
+            test_tcp(1, 11, 0x10, &[], 0),
+            test_tcp(1, 12, 0x10, &sack, 0),
+            test_tcp(1, 12, 0x18, &[], 100),
+            test_tcp(1, 12, 0x11, &[], 0),
+        ];
+        let out = |r: &mut Reorder| std::iter::from_fn(|| r.pop()).collect::<Vec<_>>();
+        let mut r = Reorder::new(100, 0);
+        for (at, s) in [(0, 0), (1, 2), (2, 3), (3, 4)] {
+            r.insert_copy(
+                t(at),
+                HOLD,
+                FlowId(1),
+                0,
+                s,
+                s,
+                seg[s as usize].clone(),
+                true,
+            );
+        }
+        assert_eq!(
+            out(&mut r),
+            [seg[0].clone(), seg[2].clone()],
+            "the ACK went on"
+        );
+        assert_eq!(r.held(), 2, "the data and the FIN wait");
+        assert_eq!((r.stats.acks_passed, r.stats.held), (1, 2));
+        // The gap is still waited for: the resend fills it, and the ACK is not sent twice.
+        r.insert_copy(t(30), HOLD, FlowId(1), 0, 5, 1, seg[1].clone(), true);
+        assert_eq!(out(&mut r), [&seg[1], &seg[3], &seg[4]].map(|s| s.clone()));
+        assert_eq!(
+            (r.held(), r.stats.delivered, r.stats.gaps_skipped),
+            (0, 5, 0)
+        );
+        assert_eq!(r.next_deadline(), None);
+        // A gap before an ACK alone is still given up at the ACK's hold time (a packet
+        // that comes after it is late), and the ACK is not delivered again then.
+        r.insert_copy(t(40), HOLD, FlowId(1), 0, 7, 6, seg[1].clone(), true);
+        assert_eq!(out(&mut r).len(), 1);
+        r.handle_timeout(t(90));
+        assert!(out(&mut r).is_empty());
+        assert_eq!((r.stats.gaps_skipped, r.expected(FlowId(1))), (1, 7));
     }
 
     #[test]

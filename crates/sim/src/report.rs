@@ -252,6 +252,8 @@ pub struct EngineReport {
     /// Gaps of flows whose sender does not re-send their losses given up before their
     /// hold time: no link could still bring the missing packet.
     pub reorder_gaps_lost: u64,
+    /// TCP acknowledgements delivered past a gap before them instead of waiting for it.
+    pub reorder_acks_passed: u64,
     /// Packets taken for reinjection because a link's reinjection timer expired.
     pub reinjected_timer: u64,
     /// Packets taken for reinjection because a link went down.
@@ -481,6 +483,7 @@ impl Report {
                 late_delivered: cs.reorder.late_delivered + ss.reorder.late_delivered,
                 reorder_waited_for_links: cs.reorder.waited_for_links + ss.reorder.waited_for_links,
                 reorder_gaps_lost: cs.reorder.gaps_lost + ss.reorder.gaps_lost,
+                reorder_acks_passed: cs.reorder.acks_passed + ss.reorder.acks_passed,
                 reinjected_timer: cs.reinjected_timer + ss.reinjected_timer,
                 reinjected_link_down: cs.reinjected_link_down + ss.reinjected_link_down,
                 reinjected_lost: cs.reinjected_lost + ss.reinjected_lost,
