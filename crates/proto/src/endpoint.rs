@@ -2236,6 +2236,15 @@ impl Endpoint {
                 offered = &small_views;
             }
             let kind = flow.policy.resolve(flow.reliable, spreads);
+            // Whether its sender re-sends what is lost (TCP or QUIC), as the flow's first
+            // packet said; the shared overflow queue mixes connections, so there each
+            // packet says for itself (a QUIC packet whose fixed bit is greased, RFC 9287,
+            // is taken for another datagram there).
+            let reliable = if flow.shared {
+                classify(&head.data).is_ok_and(|i| i.reliable)
+            } else {
+                flow.reliable
+            };
             let binding = match kind {
                 PolicyKind::MinRtt | PolicyKind::Redundant | PolicyKind::Auto => {
                     policy.bind(now, &meta, offered)
@@ -2267,17 +2276,17 @@ impl Endpoint {
             };
             match binding {
                 Binding::Link(id) => match views.iter().position(|v| v.id == id) {
-                    Some(i) if views[i].has_room(now) => Decision::Take((i, kind, false)),
+                    Some(i) if views[i].has_room(now) => Decision::Take((i, kind, false, reliable)),
                     Some(i)
                         if small && views[i].has_room_small(now, meta.len, now - head.enqueued) =>
                     {
-                        Decision::Take((i, kind, true))
+                        Decision::Take((i, kind, true, reliable))
                     }
                     _ => wait(),
                 },
                 Binding::Behind(id, bytes) => match views.iter().position(|v| v.id == id) {
                     Some(i) if views[i].has_room(now) => {
-                        Decision::TakeBehind((i, kind, false), bytes, usize::from(id.0))
+                        Decision::TakeBehind((i, kind, false, reliable), bytes, usize::from(id.0))
                     }
                     _ => wait(),
                 },
@@ -2303,7 +2312,7 @@ impl Endpoint {
         if left_out {
             self.aggregate_left_out = Some(now);
         }
-        let (queued, flow, flow_seq, (li, kind, past_window)) = taken?;
+        let (queued, flow, flow_seq, (li, kind, past_window, reliable)) = taken?;
         self.queues.bound_to(li);
         if past_window {
             self.stats.small_past_window += 1;
@@ -2315,10 +2324,9 @@ impl Endpoint {
         // The binding point: only now does the packet get its link, numbers and header.
         let gseq = self.next_global_seq;
         self.next_global_seq += 1;
-        // Read from the packet, not the flow's key: the shared overflow queue (flow table
-        // full) mixes connections.
-        let recover = (kind == PolicyKind::Aggregate
-            || kind == PolicyKind::MinRtt && crate::classify::is_tcp(&queued.data))
+        // A min-rtt flow's losses are sent again if its sender re-sends them anyway (TCP
+        // or QUIC, `reliable` above): the inner transport would take each for congestion.
+        let recover = (kind == PolicyKind::Aggregate || kind == PolicyKind::MinRtt && reliable)
             && self.repairs_on(li);
         let form = if self.config.header_compression {
             let fits = self.template_fits(li, queued.data.len());

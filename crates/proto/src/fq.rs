@@ -350,6 +350,9 @@ pub(crate) struct Flow {
     pub(crate) policy: PolicyKind,
     /// Its first packet's [`PacketInfo::reliable`]: TCP or QUIC.
     pub(crate) reliable: bool,
+    /// The shared overflow queue (the flow table was full when it came): it mixes
+    /// connections, so its first packet says nothing of the others.
+    pub(crate) shared: bool,
     queue: Fifo,
     /// Bytes queued.
     pub(crate) bytes: usize,
@@ -747,6 +750,7 @@ impl FlowQueues {
             latency_sensitive: info.is_latency_sensitive(),
             policy,
             reliable: info.reliable,
+            shared: false,
             queue: Fifo::EMPTY,
             bytes: 0,
             large: 0,
@@ -775,6 +779,7 @@ impl FlowQueues {
         if self.index.len() > self.max_flows {
             // The table was full: this flow becomes the shared overflow queue.
             self.overflow_slot = Some(slot);
+            flow_mut(&mut self.flows, slot).shared = true;
         }
         slot
     }

@@ -392,6 +392,8 @@ struct RxFlow {
     hold: Option<Duration>,
     /// The flow's 5-tuple, from its first packet that parses.
     key: Option<FlowKey>,
+    /// That packet's [`crate::classify::PacketInfo::reliable`]: TCP or QUIC.
+    reliable: bool,
     counts: FlowCounts,
     /// Per link index: first copies received over it, and the flow's packet it delivered
     /// last ([`FlowLinkRx`]).
@@ -432,18 +434,16 @@ impl RxFlow {
     }
 
     /// Whether a gap of the flow is worth waiting for past its hold time while a link is
-    /// behind it: a TCP flow would take the gap for a loss (a retransmission and a
-    /// smaller window), and a repaired flow's missing packet is coming. Not a flow of
+    /// behind it: a TCP or QUIC flow (its first packet's `reliable`) would take the gap
+    /// for a loss (a retransmission and a smaller window), and a repaired flow's missing
+    /// packet is coming. Not a flow of
     /// other datagrams (a call, a game): a packet later than its hold is as good as lost
     /// to it, and waiting delays every packet behind the gap. Not a flow that arrives as
     /// copies (a redundant flow): its copies on the other links were its protection, and
     /// a link that died with a copy on it would otherwise stall the flow for the longest
     /// hold.
     fn waits_for_links(&self) -> bool {
-        let tcp = self
-            .key
-            .is_some_and(|k| k.protocol == crate::classify::PROTO_TCP);
-        (tcp || self.repaired) && !self.arrives_as_copies()
+        (self.reliable || self.repaired) && !self.arrives_as_copies()
     }
 
     /// Whether a link that was carrying the flow when `first`, the first packet held
@@ -674,6 +674,7 @@ impl Reorder {
             window_since: now,
             hold: None,
             key: None,
+            reliable: false,
             counts: FlowCounts::default(),
             by_link: Vec::new(),
             play: None,
@@ -838,8 +839,11 @@ impl Reorder {
         }
         f.last_active = now;
         f.counts.received += 1;
-        if f.key.is_none() {
-            f.key = crate::classify::classify(&data).ok().map(|i| i.key);
+        if f.key.is_none()
+            && let Ok(info) = crate::classify::classify(&data)
+        {
+            f.key = Some(info.key);
+            f.reliable = info.reliable;
         }
         if seq < f.next {
             f.counts.late_delivered += 1;
@@ -1620,6 +1624,71 @@ mod tests {
         assert_eq!(at(&mut r, t(53)), vec![3, 4, 5], "at 3's hold time");
         assert_eq!(r.stats.waited_for_links, 0);
         assert_eq!(r.stats.gaps_skipped, 1);
+    }
+
+    /// A QUIC packet (UDP from port 443) whose first payload byte is `first`, ending with
+    /// the byte `id`.
+    fn quic(first: u8, id: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 30];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&30u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 77, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 77, 0, 2]);
+        p[20..22].copy_from_slice(&443u16.to_be_bytes());
+        p[22..24].copy_from_slice(&10_000u16.to_be_bytes());
+        p[24..26].copy_from_slice(&10u16.to_be_bytes());
+        p[28] = first;
+        p[29] = id;
+        p
+    }
+
+    #[test]
+    fn a_quic_flows_gap_waits_for_a_link_behind_it_as_a_tcp_flows_does() {
+        // As above, but flow 1 is QUIC, bound as min-rtt (not repaired): its sender
+        // re-sends its losses and would take a gap given up for one. Its first packet has
+        // QUIC's fixed bit; the later ones are greased (RFC 9287), which does not change
+        // what the flow is.
+        let mut r = Reorder::new(100, 0);
+        r.max_extra = ms(500);
+        let flow1 = |r: &mut Reorder, ms: u64, link: usize, s: u64| {
+            let first = if s == 0 { 0x40 } else { 0x00 };
+            r.insert_copy(
+                t(ms),
+                HOLD,
+                FlowId(1),
+                link,
+                2 * s,
+                s,
+                quic(first, s as u8),
+                false,
+            )
+        };
+        let ids = |r: &mut Reorder, now| -> Vec<u8> {
+            while let Some(due) = r.next_deadline().filter(|d| *d <= now) {
+                r.handle_timeout(due);
+            }
+            std::iter::from_fn(|| r.pop())
+                .map(|p| p.get(29).copied().unwrap_or(p[0]))
+                .collect()
+        };
+        flow1(&mut r, 0, 0, 0);
+        flow1(&mut r, 1, 1, 1);
+        assert_eq!(ids(&mut r, t(1)), vec![0, 1]);
+        for s in 3..6 {
+            flow1(&mut r, s, 0, s);
+        }
+        r.insert_copy(t(40), HOLD, FlowId(2), 1, 3, 0, vec![9], true);
+        assert_eq!(
+            ids(&mut r, t(80)),
+            vec![9],
+            "held past 3's hold time (53 ms)"
+        );
+        assert_eq!(r.stats.waited_for_links, 1);
+        flow1(&mut r, 90, 1, 2);
+        assert_eq!(ids(&mut r, t(90)), vec![2, 3, 4, 5]);
+        assert_eq!(r.stats.gaps_skipped, 0);
     }
 
     #[test]

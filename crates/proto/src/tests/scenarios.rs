@@ -1862,12 +1862,45 @@ fn a_packet_lost_on_a_working_link_may_go_on_it_again_once() {
 /// datagrams numbered in their payload), drives the pair 3 s, and returns how many of the
 /// client's data datagrams were dropped.
 fn send_400_from_the_client(pair: &mut Pair, port: u16, tcp: bool) -> usize {
+    send_400(
+        pair,
+        port,
+        if tcp {
+            Inner400::Tcp
+        } else {
+            Inner400::Datagrams
+        },
+    )
+}
+
+/// What [`send_400`] sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inner400 {
+    Tcp,
+    /// UDP datagrams (a call's).
+    Datagrams,
+    /// QUIC: UDP to port 443, the first datagram with QUIC's fixed bit, the others
+    /// greased (RFC 9287).
+    Quic,
+}
+
+/// [`send_400_from_the_client`] with QUIC among the kinds.
+fn send_400(pair: &mut Pair, port: u16, kind: Inner400) -> usize {
     let start = at_ms(200);
     for seq in 0..400u32 {
-        let packet = if tcp {
-            crate::classify::test_tcp(port, seq, 0x18, &[], 1000)
-        } else {
-            FlowSpec::bulk(port, 1000).packet(seq)
+        let packet = match kind {
+            Inner400::Tcp => crate::classify::test_tcp(port, seq, 0x18, &[], 1000),
+            Inner400::Datagrams => FlowSpec::bulk(port, 1000).packet(seq),
+            Inner400::Quic => {
+                let mut p = FlowSpec {
+                    dst_port: 443,
+                    ..FlowSpec::bulk(port, 1000)
+                }
+                .packet(seq);
+                // A short header's first byte: the fixed bit only on the first datagram.
+                p[28] = if seq == 0 { 0x40 } else { 0x00 };
+                p
+            }
         };
         pair.send_at(start + ms(1) * seq, Side::Client, packet);
     }
@@ -1878,14 +1911,15 @@ fn send_400_from_the_client(pair: &mut Pair, port: u16, tcp: bool) -> usize {
         .count()
 }
 
-/// A `min-rtt` TCP flow's packet lost on a link that works comes by another link (4.4),
-/// as an aggregate flow's does: TCP would take the loss for congestion and halve its
-/// window. A flow of other datagrams (a call) is left to its transport: a packet a round
-/// trip late is of no use to it. Link 0 (the flow's, the sooner) drops every tenth data
-/// datagram.
+/// A `min-rtt` TCP or QUIC flow's packet lost on a link that works comes by another link
+/// (4.4), as an aggregate flow's does: TCP or QUIC would take the loss for congestion
+/// and halve its window. A flow of other datagrams (a call) is left to its transport: a
+/// packet a round trip late is of no use to it. Link 0 (the flow's, the sooner) drops
+/// every tenth data datagram. A QUIC flow is one from its first datagram on, whatever
+/// the later ones' fixed bit.
 #[test]
 fn a_min_rtt_tcp_packet_lost_on_a_working_link_comes_by_another() {
-    let run = |tcp: bool| {
+    let run = |kind: Inner400| {
         let mut pair = PairBuilder::new()
             .link(LinkSpec::new(ms(10)).rate_bps(20e6))
             .link(LinkSpec::new(ms(15)).rate_bps(20e6))
@@ -1896,15 +1930,17 @@ fn a_min_rtt_tcp_packet_lost_on_a_working_link_comes_by_another() {
                     && d.data_index.is_some_and(|k| k % 10 == 3)
             }))
             .build();
-        let dropped = send_400_from_the_client(&mut pair, 9500, tcp);
+        let dropped = send_400(&mut pair, 9500, kind);
         let delivered = pair.delivered[1].len();
         (dropped, delivered, pair.client.stats().reinjected_lost)
     };
-    let (dropped, delivered, resent) = run(true);
-    assert!(dropped >= 30, "{dropped} dropped");
-    assert_eq!(delivered, 400);
-    assert!(resent >= dropped as u64, "{resent} re-sent of {dropped}");
-    let (dropped, delivered, resent) = run(false);
+    for kind in [Inner400::Tcp, Inner400::Quic] {
+        let (dropped, delivered, resent) = run(kind);
+        assert!(dropped >= 30, "{dropped} dropped");
+        assert_eq!(delivered, 400);
+        assert!(resent >= dropped as u64, "{resent} re-sent of {dropped}");
+    }
+    let (dropped, delivered, resent) = run(Inner400::Datagrams);
     assert!(dropped >= 30, "{dropped} dropped");
     assert_eq!(delivered, 400 - dropped);
     assert_eq!(resent, 0);
