@@ -264,22 +264,42 @@ pub fn run_with(
     }
 }
 
-/// Fails for a flow kind the lab has no traffic for (`quic-bulk`: the simulator's
-/// stand-in for QUIC), naming the flow before anything is set up.
+/// Fails for a flow kind the lab has no traffic for, and for a second `quic-bulk` flow
+/// (each is a QUIC server on the server's UDP port 443), naming the flow before anything
+/// is set up.
 fn check_kinds(scenario: &Scenario) -> Result<()> {
+    let mut quic = None;
     for (i, f) in scenario.spec.flows.iter().enumerate() {
-        if Kind::parse(&f.kind).is_none() {
-            let runs = Kind::ALL.map(Kind::as_str).join(", ");
-            bail!(
-                "flows[{i}].kind = {:?} (flow {:?}): the simulator's only; expected a kind \
-                 the lab runs: {runs}",
-                f.kind,
-                f.name
-            );
+        match Kind::parse(&f.kind) {
+            None => {
+                let runs = Kind::ALL.map(Kind::as_str).join(", ");
+                bail!(
+                    "flows[{i}].kind = {:?} (flow {:?}): the simulator's only; expected a \
+                     kind the lab runs: {runs}",
+                    f.kind,
+                    f.name
+                );
+            }
+            Some(Kind::QuicBulk) => {
+                if let Some(first) = quic {
+                    bail!(
+                        "flows[{i}].kind = \"quic-bulk\" (flow {:?}): the lab runs one \
+                         quic-bulk flow, on the server's UDP port {QUIC_PORT}, and flows[{first}] \
+                         is one",
+                        f.name
+                    );
+                }
+                quic = Some(i);
+            }
+            Some(_) => {}
         }
     }
     Ok(())
 }
+
+/// The server's UDP port of a `quic-bulk` flow: the tunnel takes a flow to or from it
+/// for QUIC (`docs/protocol.md` 4.2).
+const QUIC_PORT: u16 = 443;
 
 /// Fails unless the process may create network namespaces.
 pub fn require_root() -> Result<()> {
@@ -730,7 +750,12 @@ fn run_mode(
         };
         let mptcp = mode == LabMode::Mptcp && via.is_none();
         let client = SocketAddrV4::new(client_ip, 10_000 + index);
-        let server = SocketAddrV4::new(server_ip, 20_000 + index);
+        let server_port = if kind == Kind::QuicBulk {
+            QUIC_PORT
+        } else {
+            20_000 + index
+        };
+        let server = SocketAddrV4::new(server_ip, server_port);
         let (from, to, send_role, recv_role) = if up {
             (client, server, Role::Client, Role::Server)
         } else {
@@ -767,9 +792,9 @@ fn run_mode(
         rargs.extend(common(&recv_out, end_s + 0.3));
         let mut sargs = vec!["traffic".to_owned(), "send".into()];
         sargs.extend(common(&send_out, end_s));
-        if mptcp && !up {
+        if (mptcp || kind == Kind::QuicBulk) && !up {
             // The client opens the connection: its receiver connects to the server's
-            // listening sender.
+            // listening sender (a QUIC server, on its port 443).
             rargs.extend([
                 "--bind".into(),
                 client.to_string(),
@@ -803,7 +828,7 @@ fn run_mode(
         if let Some(d) = f.dscp {
             sargs.extend(["--dscp".into(), d.to_string()]);
         }
-        if kind == Kind::TcpBulk {
+        if kind.is_stream() {
             sargs.extend(["--cc".into(), opts.cc.clone()]);
         }
         if let Some(p) = opts.rt_priority {
@@ -1340,25 +1365,26 @@ fn helper_failed(h: &mut Helper) -> Result<bool> {
 mod tests {
     use super::*;
 
-    /// A flow kind the lab has no traffic for is refused by name before anything is set
-    /// up (no root needed to see it).
+    /// A second quic-bulk flow (the server's UDP port 443 is the first's) is refused by
+    /// name before anything is set up (no root needed to see it); one is run.
     #[test]
-    fn a_simulator_only_flow_kind_is_refused_by_name() {
+    fn a_second_quic_flow_is_refused_by_name() {
         let s = Scenario::from_str(
             "[scenario]\nname='t'\nduration_s=5.0\n[[links]]\nname='a'\nrate_mbps=1.0\n\
-             [[flows]]\nname='web'\nkind='quic-bulk'\n",
+             [[flows]]\nname='web'\nkind='quic-bulk'\n\
+             [[flows]]\nname='video'\nkind='quic-bulk'\n",
             Path::new("t.toml"),
         )
         .unwrap();
         let e = run(&s, LabMode::Late, Path::new("/nonexistent")).unwrap_err();
         let e = format!("{e:#}");
         assert!(
-            e.contains("flows[0].kind") && e.contains("quic-bulk") && e.contains("web"),
+            e.contains("flows[1].kind") && e.contains("video") && e.contains("flows[0]"),
             "{e}"
         );
-        let mut tcp = s.clone();
-        tcp.spec.flows[0].kind = "tcp-bulk".into();
-        assert!(check_kinds(&tcp).is_ok());
+        let mut one = s.clone();
+        one.spec.flows[1].kind = "tcp-bulk".into();
+        assert!(check_kinds(&one).is_ok());
     }
 
     #[test]

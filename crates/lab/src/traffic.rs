@@ -22,6 +22,9 @@
 //!   each record's latency when its last byte is read, and the longest time without new
 //!   data.
 //!
+//! - **QUIC** (`quic-bulk`): the same records on one stream of a real QUIC connection
+//!   (quinn), to or from the server's UDP port 443 ([`quic`]).
+//!
 //! - **MPTCP** (`--mptcp`, both ends): the TCP flow over sockets of protocol
 //!   `IPPROTO_MPTCP`; the TCP counters are summed over the subflows (`MPTCP_TCPINFO`).
 //!   The end that opens the connection is the client's: a sender can `--listen` on
@@ -50,6 +53,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::stats::{Percentiles, round3};
 use crate::sys;
+
+mod quic;
 
 /// Magic at the start of every UDP probe payload (the simulator's format).
 pub const PROBE_MAGIC: &[u8; 4] = b"LBT1";
@@ -151,6 +156,9 @@ pub enum Kind {
     Urgent,
     /// A TCP connection sending as fast as TCP allows.
     TcpBulk,
+    /// A QUIC connection (quinn) to or from UDP port 443 sending on one stream as fast
+    /// as its congestion control allows ([`quic`]).
+    QuicBulk,
 }
 
 impl Kind {
@@ -161,19 +169,32 @@ impl Kind {
             Self::UdpBurst => "udp-burst",
             Self::Urgent => "urgent",
             Self::TcpBulk => "tcp-bulk",
+            Self::QuicBulk => "quic-bulk",
         }
     }
 
     /// Every kind the lab runs.
-    pub const ALL: [Self; 4] = [Self::UdpCbr, Self::UdpBurst, Self::Urgent, Self::TcpBulk];
+    pub const ALL: [Self; 5] = [
+        Self::UdpCbr,
+        Self::UdpBurst,
+        Self::Urgent,
+        Self::TcpBulk,
+        Self::QuicBulk,
+    ];
 
     /// Parses a scenario kind name.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
-    fn is_udp(self) -> bool {
-        self != Self::TcpBulk
+    /// A stream of records (TCP or QUIC) rather than datagrams of their own.
+    pub fn is_stream(self) -> bool {
+        matches!(self, Self::TcpBulk | Self::QuicBulk)
+    }
+
+    /// Whether a summary's kind name is [`Self::is_stream`]'s.
+    fn names_stream(name: &str) -> bool {
+        Self::parse(name).is_some_and(Self::is_stream)
     }
 }
 
@@ -413,7 +434,7 @@ fn cut_summaries(t: &CutTracker) -> Vec<CutSummary> {
 /// Both ends' figures around the cuts: one [`CutStats`] per receiver cut, and whether
 /// the loss per cut is known (a UDP flow whose sender counted its sends per window).
 pub fn cut_stats(send: Option<&SendSummary>, recv: &RecvSummary) -> (Vec<CutStats>, bool) {
-    let is_udp = recv.kind != Kind::TcpBulk.as_str();
+    let is_udp = !Kind::names_stream(&recv.kind);
     let sent = send
         .map(|s| s.cut_sent.as_slice())
         .filter(|s| is_udp && s.len() == recv.cuts.len());
@@ -467,7 +488,7 @@ impl RecvSummary {
 
 /// Combines both ends' summaries into the simulator's report row.
 pub fn merge(send: Option<&SendSummary>, recv: &RecvSummary) -> FlowReport {
-    let is_tcp = recv.kind == Kind::TcpBulk.as_str();
+    let is_tcp = Kind::names_stream(&recv.kind);
     let lat = recv.latency_ms.rounded();
     let latency_ms = LatencyReport {
         p50: lat.p50,
@@ -658,10 +679,10 @@ pub fn send(a: &SendArgs) -> Result<SendSummary> {
         kind: kind.as_str().into(),
         ..SendSummary::default()
     };
-    if kind.is_udp() {
-        send_udp(a, times, &mut summary)?;
-    } else {
-        send_tcp(a, times, &mut summary)?;
+    match kind {
+        Kind::TcpBulk => send_tcp(a, times, &mut summary)?,
+        Kind::QuicBulk => quic::send(a, times, &mut summary)?,
+        Kind::UdpCbr | Kind::UdpBurst | Kind::Urgent => send_udp(a, times, &mut summary)?,
     }
     Ok(summary)
 }
@@ -746,7 +767,7 @@ fn send_udp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
                 cuts.on_sent(times.rel(now));
             });
         }
-        Kind::TcpBulk => unreachable!("checked by the caller"),
+        Kind::TcpBulk | Kind::QuicBulk => unreachable!("checked by the caller"),
     }
     s.schedule_late_us = Percentiles::of(&late_us).rounded();
     s.cut_sent = cuts.stats().iter().map(|c| c.sent).collect();
@@ -1201,10 +1222,10 @@ fn finish_tcp(fd: RawFd, s: &mut SendSummary, sock: OwnedFd, mptcp: bool) -> Res
 /// `traffic recv`.
 pub fn recv(a: &RecvArgs) -> Result<RecvSummary> {
     let times = Times::of(&a.flow);
-    if a.flow.kind.is_udp() {
-        recv_udp(a, times)
-    } else {
-        recv_tcp(a, times)
+    match a.flow.kind {
+        Kind::TcpBulk => recv_tcp(a, times),
+        Kind::QuicBulk => quic::recv(a, times),
+        Kind::UdpCbr | Kind::UdpBurst | Kind::Urgent => recv_udp(a, times),
     }
 }
 
@@ -1359,7 +1380,7 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
         latency_clock: "user".into(),
         ..RecvSummary::default()
     };
-    let mut cuts = times.cut_tracker(&a.flow);
+    let cuts = times.cut_tracker(&a.flow);
     // With no connection, every cut's stall runs to its window's end.
     summary.cuts = cut_summaries(&cuts);
     // The listener stays open as long as the connection: MPTCP's further subflows
@@ -1383,13 +1404,8 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
         return Ok(summary);
     };
     let fd = conn.as_raw_fd();
-    let mut parser = RecordParser::default();
+    let mut sink = StreamSink::new(times, cuts);
     let mut buf = vec![0u8; 256 * 1024];
-    let mut latencies_ms = Vec::new();
-    let (mut app_bytes, mut app_bytes_by_stop) = (0u64, 0u64);
-    let mut bins = Vec::new();
-    let (mut last, mut max_gap) = (None::<u64>, 0u64);
-    let mut first_arrival = None;
     'outer: while sys::mono_ns() < times.until && !sys::stop_requested() {
         if !sys::poll_in(fd, sys::ms_until(times.until).min(100))? {
             continue;
@@ -1404,29 +1420,8 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => break,
                 Err(e) => return Err(e).context("recv"),
             };
-            let now = sys::mono_ns();
-            first_arrival.get_or_insert(now);
-            parser.feed(&buf[..n], |ts| {
-                latencies_ms.push(now.saturating_sub(ts) as f64 / 1e6);
-            });
-            app_bytes += n as u64;
-            add_to_bins(&mut bins, &times, now, n as u64);
-            cuts.on_delivery(times.rel(now));
-            if now <= times.stop {
-                app_bytes_by_stop += n as u64;
-            }
-            // Gaps as in the simulator: from the first data transmission, between reads
-            // that brought new bytes (clipped to stop), and the tail to the end.
-            let t = now.min(times.stop);
-            if let Some(from) = last.or(parser.first_ts) {
-                max_gap = max_gap.max(t.saturating_sub(from));
-            }
-            last = Some(t);
+            sink.on_read(&buf[..n]);
         }
-    }
-    let active_end = times.stop.min(times.until);
-    if let Some(from) = last.or(Some(times.start)) {
-        max_gap = max_gap.max(active_end.saturating_sub(from));
     }
     let segs_in = tcp_infos(fd, mptcp)
         .iter()
@@ -1434,16 +1429,88 @@ fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
         .sum();
     summary.sent = segs_in;
     summary.delivered = segs_in;
-    summary.latency_ms = Percentiles::of(&latencies_ms);
-    summary.max_gap_ms = max_gap as f64 / 1e6;
-    summary.goodput_mbps = mbps(app_bytes_by_stop, active_end.saturating_sub(times.start));
-    summary.bytes_delivered = app_bytes;
-    summary.bytes_per_10ms = bins;
-    summary.cuts = cut_summaries(&cuts);
-    summary.records = parser.records;
-    summary.first_arrival_s = first_arrival.map_or(0.0, |t| times.rel_s(t));
-    summary.last_arrival_s = last.map_or(0.0, |t| times.rel_s(t));
+    sink.finish(&mut summary);
     Ok(summary)
+}
+
+/// What the receiver of a stream of records (`tcp-bulk`, `quic-bulk`) measures as the
+/// application reads it.
+struct StreamSink {
+    times: Times,
+    parser: RecordParser,
+    latencies_ms: Vec<f64>,
+    app_bytes: u64,
+    app_bytes_by_stop: u64,
+    bins: Vec<u64>,
+    /// The last read that brought new bytes (clipped to stop), and the longest time
+    /// without one.
+    last: Option<u64>,
+    max_gap: u64,
+    first_arrival: Option<u64>,
+    cuts: CutTracker,
+}
+
+impl StreamSink {
+    fn new(times: Times, cuts: CutTracker) -> Self {
+        Self {
+            times,
+            parser: RecordParser::default(),
+            latencies_ms: Vec::new(),
+            app_bytes: 0,
+            app_bytes_by_stop: 0,
+            bins: Vec::new(),
+            last: None,
+            max_gap: 0,
+            first_arrival: None,
+            cuts,
+        }
+    }
+
+    /// `data`, the stream's next bytes, read now.
+    fn on_read(&mut self, data: &[u8]) {
+        let now = sys::mono_ns();
+        let times = self.times;
+        let n = data.len() as u64;
+        self.first_arrival.get_or_insert(now);
+        let lat = &mut self.latencies_ms;
+        self.parser.feed(data, |ts| {
+            lat.push(now.saturating_sub(ts) as f64 / 1e6);
+        });
+        self.app_bytes += n;
+        add_to_bins(&mut self.bins, &times, now, n);
+        self.cuts.on_delivery(times.rel(now));
+        if now <= times.stop {
+            self.app_bytes_by_stop += n;
+        }
+        // Gaps as in the simulator: from the first data transmission, between reads
+        // that brought new bytes (clipped to stop), and the tail to the end.
+        let t = now.min(times.stop);
+        if let Some(from) = self.last.or(self.parser.first_ts) {
+            self.max_gap = self.max_gap.max(t.saturating_sub(from));
+        }
+        self.last = Some(t);
+    }
+
+    /// Fills the summary's measurements.
+    fn finish(mut self, summary: &mut RecvSummary) {
+        let times = self.times;
+        let active_end = times.stop.min(times.until);
+        if let Some(from) = self.last.or(Some(times.start)) {
+            self.max_gap = self.max_gap.max(active_end.saturating_sub(from));
+        }
+        summary.latency_ms = Percentiles::of(&self.latencies_ms);
+        summary.max_gap_ms = self.max_gap as f64 / 1e6;
+        summary.goodput_mbps = mbps(
+            self.app_bytes_by_stop,
+            active_end.saturating_sub(times.start),
+        );
+        summary.bytes_delivered = self.app_bytes;
+        summary.bytes_per_10ms = self.bins;
+        summary.cuts = cut_summaries(&self.cuts);
+        summary.records = self.parser.records;
+        summary.first_arrival_s = self.first_arrival.map_or(0.0, |t| times.rel_s(t));
+        summary.last_arrival_s = self.last.map_or(0.0, |t| times.rel_s(t));
+    }
 }
 
 /// Reads a summary file written by the tool.
