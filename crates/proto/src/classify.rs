@@ -69,14 +69,34 @@ const PROTO_UDP: u8 = 17;
 /// The UDP port of QUIC (HTTP/3, RFC 9114 3.1).
 const QUIC_PORT: u16 = 443;
 
+/// QUIC versions 1 (RFC 9000) and 2 (RFC 9369), as a long header names them.
+const QUIC_VERSIONS: [[u8; 4]; 2] = [[0, 0, 0, 1], [0x6b, 0x33, 0x43, 0xcf]];
+
 /// Whether a UDP datagram's `transport` (its UDP header and payload) looks like QUIC:
 /// to or from port 443, and the first byte of its payload has QUIC's fixed bit (0x40,
-/// RFC 9000 17.2 and 17.3), set in every long- and short-header packet. An RTP packet
-/// (version 2: 0b10xxxxxx), DTLS (content types 20-25) and STUN (0b00xxxxxx) have it
-/// clear. A QUIC endpoint that greases the bit (RFC 9287) is taken for a datagram flow.
+/// RFC 9000 17.2 and 17.3), or it is a long header (the form bit, 0x80) naming QUIC
+/// version 1 or 2. An endpoint whose peer allows it greases the fixed bit (RFC 9287;
+/// quinn does, in about half its packets): a server does from its first packet, having
+/// the client's transport parameters, and its first packets are long headers (Initial,
+/// Handshake), which name the version. An RTP packet (version 2: 0b10xxxxxx, with the
+/// fixed bit clear and a sequence number and timestamp where a long header's version
+/// is), DTLS (content types 20-25) and STUN (0b00xxxxxx) are not taken for QUIC; a
+/// greased short header (a connection that was under way when its flow came) is not
+/// either.
 pub fn is_quic(transport: &[u8]) -> bool {
     let (src, dst) = ports(transport);
-    (src == QUIC_PORT || dst == QUIC_PORT) && transport.get(8).is_some_and(|b| b & 0x40 != 0)
+    if src != QUIC_PORT && dst != QUIC_PORT {
+        return false;
+    }
+    let long_header = |first: u8| {
+        first & 0x80 != 0
+            && transport
+                .get(9..13)
+                .is_some_and(|v| QUIC_VERSIONS.iter().any(|q| q == v))
+    };
+    transport
+        .get(8)
+        .is_some_and(|&b| b & 0x40 != 0 || long_header(b))
 }
 
 /// [`PacketInfo::reliable`] of a packet of `protocol` whose transport header starts
@@ -447,6 +467,28 @@ mod tests {
         for first in [0x80, 0x90, 22, 0x00] {
             assert!(!udp(50000, 443, first), "{first:#x}");
         }
+        // A server's Initial or Handshake with the fixed bit greased (RFC 9287: 0x83,
+        // 0xa0): QUIC by the version it names (1 or 2); RTP whose sequence number and
+        // timestamp stand there is not, nor a greased short header (0x0b).
+        let long = |first: u8, version: [u8; 4]| {
+            let mut p = ipv4_udp(0, 443, 50000);
+            p.push(first);
+            p.extend_from_slice(&version);
+            p.extend_from_slice(&[8, 0, 0, 0]);
+            let len = p.len() as u16;
+            p[2..4].copy_from_slice(&len.to_be_bytes());
+            classify(&p).unwrap().reliable
+        };
+        assert!(long(0x83, [0, 0, 0, 1]));
+        assert!(long(0xa0, [0x6b, 0x33, 0x43, 0xcf]));
+        assert!(!long(0x80, [0x12, 0x34, 0x56, 0x78]));
+        assert!(!long(0x0b, [0, 0, 0, 1]));
+        // Too short to name a version.
+        let mut short = ipv4_udp(0, 443, 50000);
+        short.extend_from_slice(&[0x83, 0, 0, 0]);
+        let len = short.len() as u16;
+        short[2..4].copy_from_slice(&len.to_be_bytes());
+        assert!(!classify(&short).unwrap().reliable);
         // QUIC's first byte, but not port 443; and port 443 with no payload.
         assert!(!udp(50000, 4433, 0x41));
         assert!(!udp(50000, 53, 0x41));
