@@ -1040,16 +1040,7 @@ fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
     let fd = sock.as_raw_fd();
     // With a rate, record k is offered at start + k * interval; one held back by a full
     // socket goes out as soon as the socket takes it (a blocking writer fed at the rate).
-    let interval_ns = match a.rate_mbps {
-        Some(r) => {
-            let iv = RECORD_BYTES as f64 * 8.0 / (r * 1e6) * 1e9;
-            if !(iv.is_finite() && iv >= 1.0) {
-                bail!("--rate-mbps {r}: expected a rate above 0");
-            }
-            Some(iv)
-        }
-        None => None,
-    };
+    let interval_ns = record_interval_ns(a.rate_mbps)?;
     let offered_at = |k: u64| interval_ns.map(|iv| times.start + (k as f64 * iv).round() as u64);
     let end = times.stop.min(times.until);
     let mut rec = [0u8; RECORD_BYTES];
@@ -1116,6 +1107,18 @@ fn send_tcp(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     finish_tcp(fd, s, sock, a.flow.mptcp)
+}
+
+/// With an application rate (`--rate-mbps`, payload), the time between two records, ns.
+fn record_interval_ns(rate_mbps: Option<f64>) -> Result<Option<f64>> {
+    let Some(r) = rate_mbps else {
+        return Ok(None);
+    };
+    let iv = RECORD_BYTES as f64 * 8.0 / (r * 1e6) * 1e9;
+    if !(iv.is_finite() && iv >= 1.0) {
+        bail!("--rate-mbps {r}: expected a rate above 0");
+    }
+    Ok(Some(iv))
 }
 
 /// A listening TCP (or MPTCP) socket on `at` with the MSS of `packet_bytes`.

@@ -206,16 +206,7 @@ pub(super) fn send(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()
     let cc = a.cc.clone().unwrap_or_else(|| "cubic".into());
     let transport = transport(Some(&cc), a.packet_bytes)?;
     let bind = a.bind.context("quic-bulk senders need --bind")?;
-    let interval_ns = match a.rate_mbps {
-        Some(r) => {
-            let iv = RECORD_BYTES as f64 * 8.0 / (r * 1e6) * 1e9;
-            if !(iv.is_finite() && iv >= 1.0) {
-                bail!("--rate-mbps {r}: expected a rate above 0");
-            }
-            Some(iv)
-        }
-        None => None,
-    };
+    let interval_ns = super::record_interval_ns(a.rate_mbps)?;
     if !a.listen {
         sys::sleep_until(times.start, 0);
     }
