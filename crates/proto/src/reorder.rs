@@ -436,12 +436,11 @@ impl RxFlow {
     /// Whether a gap of the flow is worth waiting for past its hold time while a link is
     /// behind it: a TCP or QUIC flow (its first packet's `reliable`) would take the gap
     /// for a loss (a retransmission and a smaller window), and a repaired flow's missing
-    /// packet is coming. Not a flow of
-    /// other datagrams (a call, a game): a packet later than its hold is as good as lost
-    /// to it, and waiting delays every packet behind the gap. Not a flow that arrives as
-    /// copies (a redundant flow): its copies on the other links were its protection, and
-    /// a link that died with a copy on it would otherwise stall the flow for the longest
-    /// hold.
+    /// packet is coming. Not a flow of other datagrams (a call, a game): a packet later
+    /// than its hold is as good as lost to it, and waiting delays every packet behind the
+    /// gap. Not a flow that arrives as copies (a redundant flow): its copies on the other
+    /// links were its protection, and a link that died with a copy on it would otherwise
+    /// stall the flow for the longest hold.
     fn waits_for_links(&self) -> bool {
         (self.reliable || self.repaired) && !self.arrives_as_copies()
     }

@@ -769,17 +769,21 @@ fn the_default_policy_spreads_a_transfer_where_min_rtt_keeps_it_on_a_slow_near_l
 /// (`quic-bulk`, a reliable congestion-controlled transfer in UDP datagrams to port 443,
 /// which the tunnel classifies as QUIC) gets the links' sum where `min-rtt` kept it on a
 /// slow near link. Measured: 25.2 against 11.5 Mbit/s beside 8 Mbit/s 2 ms away; 50.5
-/// against 2.8 beside 1.54 Mbit/s 2.2 ms away (`docs/RESULTS.md` 25).
+/// against 42.5 beside 1.54 Mbit/s 2.2 ms away, where `min-rtt` spills onto the far
+/// lossy link and re-sends its losses as a TCP flow's (2.8 before it did,
+/// `docs/RESULTS.md` 25, 27): there `auto` need only be ahead.
 #[test]
 fn auto_spreads_a_quic_transfer_as_it_does_a_tcp_one() {
-    for (links, floor) in [
+    for (links, floor, over_min_rtt) in [
         (
             &[(8.0, 2.0, 0.0, 0.0), (20.0, 20.0, 0.0, 0.0)][..],
             0.8 * 28.0,
+            1.5,
         ),
         (
             &[(1.54, 2.2, 0.0, 0.0), (58.39, 17.6, 0.01, 0.0)][..],
             0.7 * 58.39,
+            1.0,
         ),
     ] {
         let r = |policy| {
@@ -794,7 +798,10 @@ fn auto_spreads_a_quic_transfer_as_it_does_a_tcp_one() {
             flow(&min_rtt, "bulk").goodput_mbps,
         );
         assert!(g >= floor, "{links:?}: auto {g} Mbit/s (min-rtt {gm})");
-        assert!(g >= 1.5 * gm, "{links:?}: auto {g} Mbit/s, min-rtt {gm}");
+        assert!(
+            g > over_min_rtt * gm,
+            "{links:?}: auto {g} Mbit/s, min-rtt {gm}"
+        );
     }
 }
 

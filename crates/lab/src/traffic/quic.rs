@@ -213,7 +213,10 @@ pub(super) fn send(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()
     runtime()?.block_on(async {
         let Some((ep, conn)) = connection(a.listen, bind, a.to, transport, times.until).await?
         else {
-            bail!("listening on {bind}: no QUIC connection before the flow's end");
+            match a.to {
+                Some(to) if !a.listen => bail!("no QUIC handshake with {to} before the flow's end"),
+                _ => bail!("listening on {bind}: no QUIC connection before the flow's end"),
+            }
         };
         tokio::time::sleep_until(deadline(times.start)).await;
         let mut stream = conn.open_uni().await.context("opening the stream")?;
