@@ -1375,17 +1375,23 @@ fn recv_udp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
     Ok(sink.summary(a, &times, cbr, clock))
 }
 
-fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
-    let mptcp = a.flow.mptcp;
-    let mut summary = RecvSummary {
+/// A stream receiver's summary before any data (every cut's stall running to its
+/// window's end, as with no connection), and its cut tracker.
+fn stream_summary(a: &RecvArgs, times: Times) -> (RecvSummary, CutTracker) {
+    let cuts = times.cut_tracker(&a.flow);
+    let summary = RecvSummary {
         name: a.flow.name.clone(),
         kind: a.flow.kind.as_str().into(),
         latency_clock: "user".into(),
+        cuts: cut_summaries(&cuts),
         ..RecvSummary::default()
     };
-    let cuts = times.cut_tracker(&a.flow);
-    // With no connection, every cut's stall runs to its window's end.
-    summary.cuts = cut_summaries(&cuts);
+    (summary, cuts)
+}
+
+fn recv_tcp(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
+    let mptcp = a.flow.mptcp;
+    let (mut summary, cuts) = stream_summary(a, times);
     // The listener stays open as long as the connection: MPTCP's further subflows
     // (MP_JOIN) arrive on it.
     let mut _listener = None;

@@ -30,7 +30,6 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use super::{
     RECORD_BYTES, RecvArgs, RecvSummary, SendArgs, SendSummary, StreamSink, TcpSendInfo, Times,
-    cut_summaries,
 };
 use crate::sys;
 
@@ -272,15 +271,7 @@ pub(super) fn send(a: &SendArgs, times: Times, s: &mut SendSummary) -> Result<()
 
 /// `traffic recv --kind quic-bulk`.
 pub(super) fn recv(a: &RecvArgs, times: Times) -> Result<RecvSummary> {
-    let mut summary = RecvSummary {
-        name: a.flow.name.clone(),
-        kind: a.flow.kind.as_str().into(),
-        latency_clock: "user".into(),
-        ..RecvSummary::default()
-    };
-    let cuts = times.cut_tracker(&a.flow);
-    // With no connection, every cut's stall runs to its window's end.
-    summary.cuts = cut_summaries(&cuts);
+    let (mut summary, cuts) = super::stream_summary(a, times);
     let transport = transport(None, a.packet_bytes)?;
     if a.connect.is_some() {
         sys::sleep_until(times.start, 0);
