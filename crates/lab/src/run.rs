@@ -274,8 +274,8 @@ fn check_kinds(scenario: &Scenario) -> Result<()> {
             None => {
                 let runs = Kind::ALL.map(Kind::as_str).join(", ");
                 bail!(
-                    "flows[{i}].kind = {:?} (flow {:?}): the simulator's only; expected a \
-                     kind the lab runs: {runs}",
+                    "flows[{i}].kind = {:?} (flow {:?}): expected a kind the lab runs: \
+                     {runs}",
                     f.kind,
                     f.name
                 );

@@ -391,11 +391,12 @@ fn an_aggregate_download_gets_more_than_one_link_through_a_lossy_one() {
 
 /// A real QUIC download (quinn, UDP from the server's port 443) under the default
 /// policy is spread over both links as a TCP one is: quic-download.toml (8 Mb/s at 2 ms
-/// beside 20 Mb/s at 20 ms) for 10 s. quinn greases QUIC's fixed bit (RFC 9287) and
-/// paces; the tunnel takes the flow for QUIC from its first packet and, while it binds
-/// it as min-rtt, still re-sends its losses and the receiver waits for them. Before
-/// that, the receiver gave 54 gaps up that then came, quinn took them for losses, and
-/// the download got 14.2 Mb/s in a 20 s run (25.4 since; `docs/RESULTS.md` 27).
+/// beside 20 Mb/s at 20 ms) for 10 s. quinn greases QUIC's fixed bit (RFC 9287), from
+/// the server's first packet: the tunnel takes the flow for QUIC by that packet's long
+/// header and version too, and while it binds it as min-rtt it still re-sends its
+/// losses and the receiver waits for them. Before, one run in two was a datagram flow:
+/// the receiver gave 41-60 gaps up that then came, quinn took them for losses, and the
+/// download got 12-16 Mb/s in 20 s runs (25.3 since; `docs/RESULTS.md` 27).
 #[test]
 fn a_quic_download_is_spread_over_both_links() {
     if !common::root_or_skip("a_quic_download_is_spread_over_both_links") {

@@ -4,8 +4,9 @@
 //! congestion control allows (Cubic; `--cc newreno` or `bbr` picks quinn's others).
 //!
 //! The end on the server's side is the QUIC server, on UDP port 443 (the runner binds
-//! it there): the tunnel takes a UDP flow to or from port 443 whose payload has QUIC's
-//! fixed bit for QUIC (`docs/protocol.md` 4.2). In an upload the receiver listens and
+//! it there): the tunnel takes a UDP flow to or from port 443 whose first packet has
+//! QUIC's fixed bit, or is a long header naming QUIC version 1 or 2, for QUIC
+//! (`docs/protocol.md` 4.2; quinn greases the fixed bit, RFC 9287). In an upload the receiver listens and
 //! the sender connects; in a download the sender listens (`--listen`) and the receiver
 //! connects (`--connect`). The server's certificate is made up at each run
 //! (`rcgen`), and the client takes any certificate (its handshake signature is still
